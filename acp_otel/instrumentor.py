@@ -1,0 +1,67 @@
+"""``AcpInstrumentor``: the entry point that ``opentelemetry-instrument`` and applications use."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.instrumentation.dependencies import DependencyConflict
+from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
+from packaging.requirements import Requirement
+
+from . import sdk_adapter
+from .engine import Engine
+from .package import _instruments
+from .settings import Settings, load_settings
+from .version import __version__
+
+_log = logging.getLogger("acp_otel")
+
+
+class AcpInstrumentor(BaseInstrumentor):
+    """Traces the ACP Python SDK (``agent-client-protocol``) with OpenTelemetry.
+
+    ``AcpInstrumentor().instrument(tracer_provider=None, **options)`` starts tracing every
+    ``acp.connection.Connection`` (whether ``acp`` is imported before or after the call);
+    ``uninstrument()`` restores the SDK exactly. Options (keyword arguments win over the
+    ``OTEL_PYTHON_ACP_*`` environment variables; see the README's options table):
+    ``excluded_methods``, ``capture_content``, ``capture_content_max_length``, ``keep_sdk_spans``,
+    ``notification_spans``, ``max_events_per_span``, ``propagate_env``, ``inject``,
+    ``inject_excluded_methods``.
+    """
+
+    _settings: Settings | None = None
+
+    def instrumentation_dependencies(self) -> Collection[str]:
+        return _instruments
+
+    def _check_dependency_conflicts(self) -> DependencyConflict | None:
+        # The base check rejects pre-releases such as 1.0.0rc3, which we support: accept them.
+        for spec in _instruments:
+            req = Requirement(spec)
+            try:
+                installed = version(req.name)
+            except PackageNotFoundError:
+                return DependencyConflict(spec)
+            if not req.specifier.contains(installed, prereleases=True):
+                return DependencyConflict(spec, f"{req.name} {installed}")
+        return None
+
+    @property
+    def settings(self) -> Settings | None:
+        """The settings in force while instrumented, else ``None``."""
+        return self._settings
+
+    def _instrument(self, **kwargs: Any) -> None:
+        tracer_provider = kwargs.pop("tracer_provider", None)
+        settings = load_settings(kwargs)
+        tracer = trace.get_tracer("acp_otel", __version__, tracer_provider)
+        self._settings = settings
+        sdk_adapter.install(Engine(tracer, settings))
+
+    def _uninstrument(self, **kwargs: Any) -> None:
+        sdk_adapter.uninstall()
+        self._settings = None

@@ -1,0 +1,175 @@
+"""Configuration, read once from ``instrument()`` keyword arguments and ``OTEL_PYTHON_ACP_*`` variables.
+
+Keyword arguments win over environment variables. An invalid value never raises: it logs a warning
+and the default is used, because a typo in an environment variable must not stop an editor or agent.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+_log = logging.getLogger("acp_otel")
+
+ENV_EXCLUDED_METHODS = "OTEL_PYTHON_ACP_EXCLUDED_METHODS"
+ENV_CAPTURE_CONTENT = "OTEL_PYTHON_ACP_CAPTURE_CONTENT"
+ENV_CAPTURE_CONTENT_MAX_LENGTH = "OTEL_PYTHON_ACP_CAPTURE_CONTENT_MAX_LENGTH"
+ENV_KEEP_SDK_SPANS = "OTEL_PYTHON_ACP_KEEP_SDK_SPANS"
+ENV_NOTIFICATION_SPANS = "OTEL_PYTHON_ACP_NOTIFICATION_SPANS"
+ENV_MAX_EVENTS_PER_SPAN = "OTEL_PYTHON_ACP_MAX_EVENTS_PER_SPAN"
+ENV_PROPAGATE_ENV = "OTEL_PYTHON_ACP_PROPAGATE_ENV"
+ENV_INJECT = "OTEL_PYTHON_ACP_INJECT"
+ENV_INJECT_EXCLUDED_METHODS = "OTEL_PYTHON_ACP_INJECT_EXCLUDED_METHODS"
+
+NOTIFICATION_SPAN_MODES = ("all", "none", "events")
+
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off"}
+
+
+class MethodMatcher:
+    """Matches method names against comma-separated patterns with ``*`` / ``?`` wildcards.
+
+    Results are cached per method name: ACP has few distinct methods and this runs per message.
+    """
+
+    __slots__ = ("_cache", "_patterns")
+
+    def __init__(self, patterns: tuple[str, ...] = ()) -> None:
+        self._patterns = patterns
+        self._cache: dict[str, bool] = {}
+
+    @property
+    def patterns(self) -> tuple[str, ...]:
+        return self._patterns
+
+    def __bool__(self) -> bool:
+        return bool(self._patterns)
+
+    def __call__(self, method: str) -> bool:
+        if not self._patterns:
+            return False
+        hit = self._cache.get(method)
+        if hit is None:
+            # fnmatchcase: method names are case sensitive; '[' in a name must not act as a set.
+            hit = any(fnmatch.fnmatchcase(method, p.replace("[", "[[]")) for p in self._patterns)
+            if len(self._cache) < 1024:  # bounded: hostile peers can invent endless names
+                self._cache[method] = hit
+        return hit
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, MethodMatcher) and other._patterns == self._patterns
+
+    def __hash__(self) -> int:
+        return hash(self._patterns)
+
+    def __repr__(self) -> str:
+        return f"MethodMatcher({self._patterns!r})"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Immutable instrumentation settings. Build with :func:`load_settings`."""
+
+    excluded_methods: MethodMatcher = field(default_factory=MethodMatcher)
+    capture_content: bool = False
+    capture_content_max_length: int = 1024
+    keep_sdk_spans: bool = False
+    notification_spans: str = "all"
+    max_events_per_span: int = 128
+    propagate_env: bool = True
+    inject: bool = True
+    inject_excluded_methods: MethodMatcher = field(default_factory=MethodMatcher)
+
+
+def _parse_bool(name: str, value: Any, default: bool) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in _TRUE:
+        return True
+    if isinstance(value, str) and value.strip().lower() in _FALSE:
+        return False
+    _log.warning("acp_otel: invalid value %r for %s; using %r", value, name, default)
+    return default
+
+
+def _parse_int(name: str, value: Any, default: int, minimum: int) -> int:
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        parsed = int(str(value).strip()) if not isinstance(value, int) else value
+    except (TypeError, ValueError):
+        _log.warning("acp_otel: invalid value %r for %s; using %r", value, name, default)
+        return default
+    if parsed < minimum:
+        _log.warning("acp_otel: %s must be >= %d, got %r; using %r", name, minimum, value, default)
+        return default
+    return parsed
+
+
+def _parse_methods(name: str, value: Any) -> MethodMatcher:
+    if isinstance(value, str):
+        items = value.split(",")
+    elif isinstance(value, (list, tuple, set, frozenset)) and all(isinstance(v, str) for v in value):
+        items = list(value)
+    else:
+        _log.warning("acp_otel: invalid value %r for %s; using no methods", value, name)
+        return MethodMatcher()
+    patterns = tuple(sorted({item.strip() for item in items if item.strip()}))
+    return MethodMatcher(patterns)
+
+
+def _parse_choice(name: str, value: Any, default: str, choices: tuple[str, ...]) -> str:
+    if isinstance(value, str) and value.strip().lower() in choices:
+        return value.strip().lower()
+    _log.warning("acp_otel: invalid value %r for %s (expected one of %s); using %r", value, name, choices, default)
+    return default
+
+
+# option name -> (environment variable, parser)
+_OPTIONS: dict[str, tuple[str, Any]] = {
+    "excluded_methods": (ENV_EXCLUDED_METHODS, lambda n, v, d: _parse_methods(n, v)),
+    "capture_content": (ENV_CAPTURE_CONTENT, _parse_bool),
+    "capture_content_max_length": (
+        ENV_CAPTURE_CONTENT_MAX_LENGTH,
+        lambda n, v, d: _parse_int(n, v, d, minimum=1),
+    ),
+    "keep_sdk_spans": (ENV_KEEP_SDK_SPANS, _parse_bool),
+    "notification_spans": (
+        ENV_NOTIFICATION_SPANS,
+        lambda n, v, d: _parse_choice(n, v, d, NOTIFICATION_SPAN_MODES),
+    ),
+    "max_events_per_span": (ENV_MAX_EVENTS_PER_SPAN, lambda n, v, d: _parse_int(n, v, d, minimum=1)),
+    "propagate_env": (ENV_PROPAGATE_ENV, _parse_bool),
+    "inject": (ENV_INJECT, _parse_bool),
+    "inject_excluded_methods": (ENV_INJECT_EXCLUDED_METHODS, lambda n, v, d: _parse_methods(n, v)),
+}
+
+_NAME_RE = re.compile(r"^[a-z_]+$")
+
+
+def load_settings(options: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None) -> Settings:
+    """Build :class:`Settings` from keyword options (first) and environment variables (second).
+
+    Unknown option names are ignored with a warning; invalid values fall back to the default.
+    """
+    options = dict(options or {})
+    environ = os.environ if environ is None else environ
+    defaults = Settings()
+    values: dict[str, Any] = {}
+    for key in list(options):
+        if key not in _OPTIONS or not _NAME_RE.match(key):
+            _log.warning("acp_otel: unknown option %r ignored", key)
+            options.pop(key)
+    for key, (env_name, parse) in _OPTIONS.items():
+        default = getattr(defaults, key)
+        if key in options and options[key] is not None:
+            values[key] = parse(key, options[key], default)
+        elif env_name in environ and environ[env_name].strip() != "":
+            values[key] = parse(env_name, environ[env_name], default)
+    return Settings(**values)

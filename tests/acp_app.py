@@ -1,0 +1,207 @@
+"""A small real ACP agent and client on the SDK, used by the tests (in-process and as a spawned process).
+
+Handlers use keyword arguments only, because the SDK's positional order changed between releases.
+The prompt text chooses what the agent does, so one agent serves every scenario.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sys
+from typing import Any
+
+from acp import helpers
+from acp.exceptions import RequestError
+
+PROTOCOL_VERSION = 1
+SECRET = "TOP-SECRET-PROMPT-CONTENT"
+FILE_BODY = "FILE-BODY-SECRET"
+
+
+def _text_of(prompt: Any) -> str:
+    parts = []
+    for block in prompt or []:
+        text = getattr(block, "text", None)
+        if text is None and isinstance(block, dict):
+            text = block.get("text")
+        if text:
+            parts.append(text)
+    return " ".join(parts)
+
+
+class TraceAgent:
+    """An agent whose prompt turn calls back into the client, streams updates and can fail on demand."""
+
+    def __init__(self, conn: Any = None) -> None:
+        self.conn = conn
+        self.init_kwargs: dict[str, Any] = {}
+        self.ext_notes: list[tuple[str, dict[str, Any]]] = []
+        self.cancelled = asyncio.Event()
+        self.sessions = 0
+
+    def on_connect(self, conn: Any) -> None:
+        self.conn = conn
+
+    async def initialize(
+        self, protocol_version: int, client_capabilities: Any = None, client_info: Any = None, **kwargs: Any
+    ) -> dict[str, Any]:
+        self.init_kwargs = dict(kwargs)
+        return {
+            "protocolVersion": PROTOCOL_VERSION,
+            "agentCapabilities": {"loadSession": False, "_meta": {"test.dev/agentThing": {"on": True}}},
+            "agentInfo": {"name": "test-agent", "version": "2.0.0"},
+        }
+
+    async def new_session(self, cwd: str, mcp_servers: Any = None, **kwargs: Any) -> dict[str, Any]:
+        self.sessions += 1
+        return {"sessionId": f"sess-{self.sessions}"}
+
+    async def authenticate(self, method_id: str, **kwargs: Any) -> None:
+        return None
+
+    async def cancel(self, session_id: str, **kwargs: Any) -> None:
+        self.cancelled.set()
+
+    async def ext_method(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        if method == "test.dev/ping":
+            return {"pong": True, "sawMeta": sorted((params.get("_meta") or {}).keys())}
+        raise RequestError.method_not_found(f"_{method}")
+
+    async def ext_notification(self, method: str, params: dict[str, Any]) -> None:
+        self.ext_notes.append((method, params))
+
+    async def prompt(self, prompt: Any, session_id: str, **kwargs: Any) -> dict[str, Any]:
+        text = _text_of(prompt)
+        conn = self.conn
+        if "fail" in text:
+            raise ValueError(f"handler blew up: {SECRET}")
+        if "rpcerror" in text:
+            raise RequestError.invalid_params({"secret": SECRET})
+        if "slow" in text:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.cancelled.wait(), timeout=30)
+            return {"stopReason": "cancelled"}
+        if "exit" in text:
+            os._exit(3)  # the peer process dies with the request pending
+        if "missing-ext" in text:
+            try:
+                await conn.ext_method("test.dev/missing", {"q": 1})
+            except RequestError as exc:
+                return {"stopReason": "end_turn", "_meta": {"code": exc.code}}
+            return {"stopReason": "refusal"}
+        await conn.session_update(session_id=session_id, update=helpers.update_agent_message_text("Hello "))
+        await conn.session_update(session_id=session_id, update=helpers.update_agent_message_text(SECRET))
+        await conn.session_update(
+            session_id=session_id,
+            update=helpers.start_tool_call("call-1", "Read secrets", kind="read", status="pending"),
+        )
+        permission = await conn.request_permission(
+            session_id=session_id,
+            tool_call=helpers.update_tool_call("call-1", title="Read secrets", status="pending"),
+            options=[{"optionId": "allow", "name": "Allow once", "kind": "allow_once"}],
+        )
+        body = await conn.read_text_file(session_id=session_id, path="/tmp/secret.txt")
+        ext = await conn.ext_method("test.dev/echo", {"value": 42, "_meta": {"test.dev/flag": True}})
+        await conn.ext_notification("test.dev/note", {"n": 1})
+        await conn.session_update(
+            session_id=session_id, update=helpers.update_tool_call("call-1", status="completed")
+        )
+        outcome = getattr(getattr(permission, "outcome", None), "outcome", None)
+        assert body.content == FILE_BODY and ext.get("echo") == 42 and outcome == "selected"
+        return {"stopReason": "end_turn"}
+
+
+class NoKwargsAgent(TraceAgent):
+    """An agent whose initialize has no ``**kwargs``: any unexpected ``_meta`` key breaks it."""
+
+    async def initialize(  # type: ignore[override]
+        self, protocol_version: int, client_capabilities: Any = None, client_info: Any = None
+    ) -> dict[str, Any]:
+        return {"protocolVersion": PROTOCOL_VERSION, "agentCapabilities": {}}
+
+
+class TraceClient:
+    """A client that answers the agent's callbacks and records what it was sent."""
+
+    def __init__(self) -> None:
+        self.updates: list[Any] = []
+        self.ext_notes: list[tuple[str, dict[str, Any]]] = []
+        self.ext_params: list[dict[str, Any]] = []
+        self.conn: Any = None
+
+    def on_connect(self, conn: Any) -> None:
+        self.conn = conn
+
+    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+        self.updates.append(update)
+
+    async def request_permission(self, options: Any, session_id: str, tool_call: Any, **kwargs: Any) -> dict[str, Any]:
+        first = options[0]
+        option_id = getattr(first, "option_id", None) or first["optionId"]
+        return {"outcome": {"outcome": "selected", "optionId": option_id}}
+
+    async def read_text_file(self, path: str, session_id: str, **kwargs: Any) -> dict[str, Any]:
+        return {"content": FILE_BODY}
+
+    async def write_text_file(self, **kwargs: Any) -> None:
+        return None
+
+    async def ext_method(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        if method == "test.dev/echo":
+            self.ext_params.append(params)
+            return {"echo": params["value"]}
+        raise RequestError.method_not_found(f"_{method}")
+
+    async def ext_notification(self, method: str, params: dict[str, Any]) -> None:
+        self.ext_notes.append((method, params))
+
+
+CLIENT_CAPABILITIES = {"fs": {"readTextFile": True}, "_meta": {"test.dev/buffers": {"list": True}}}
+CLIENT_INFO = {"name": "test-client", "version": "1.0.0"}
+
+
+async def initialize(conn: Any) -> Any:
+    """Send initialize with the test client's info and capabilities (as plain dicts, valid everywhere)."""
+    from acp import schema
+
+    return await conn.initialize(
+        protocol_version=PROTOCOL_VERSION,
+        client_capabilities=schema.ClientCapabilities.model_validate(CLIENT_CAPABILITIES),
+        client_info=schema.Implementation.model_validate(CLIENT_INFO),
+    )
+
+
+async def prompt(conn: Any, session_id: str, text: str) -> Any:
+    return await conn.prompt(session_id=session_id, prompt=[helpers.text_block(text)])
+
+
+def agent_main() -> None:
+    """Run TraceAgent over stdio; instrumented when ACP_OTEL_TEST_SPANS names a file for its spans."""
+    span_file = os.environ.get("ACP_OTEL_TEST_SPANS")
+    provider = None
+    if span_file:
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from span_file_exporter import JsonLinesExporter
+
+        from acp_otel import AcpInstrumentor
+
+        provider = TracerProvider(resource=Resource.create({"service.name": "test-agent"}))
+        provider.add_span_processor(SimpleSpanProcessor(JsonLinesExporter(span_file)))
+        AcpInstrumentor().instrument(tracer_provider=provider)
+    import acp
+
+    agent = TraceAgent()
+    try:
+        asyncio.run(acp.run_agent(agent))
+    finally:
+        if provider is not None:
+            provider.shutdown()
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    agent_main()
