@@ -373,9 +373,7 @@ class Engine:
             attributes[sc.ACP_PARAMS] = _truncate(params, self.settings.capture_content_max_length)
         return attributes
 
-    def _start_attributes(
-        self, method: str, params: Any, request_id: Any, peer: PeerState | None
-    ) -> dict[str, Any]:
+    def _start_attributes(self, method: str, params: Any, request_id: Any, peer: PeerState | None) -> dict[str, Any]:
         attributes: dict[str, Any] = {sc.RPC_SYSTEM_NAME: sc.RPC_SYSTEM_VALUE, sc.ACP_METHOD_NAME: method}
         if request_id is not None:
             attributes[sc.JSONRPC_REQUEST_ID] = str(request_id)

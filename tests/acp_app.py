@@ -12,12 +12,12 @@ import os
 import sys
 from typing import Any
 
-from acp import helpers
 from acp.exceptions import RequestError
 
 PROTOCOL_VERSION = 1
 SECRET = "TOP-SECRET-PROMPT-CONTENT"
 FILE_BODY = "FILE-BODY-SECRET"
+SECRET_PATH = "/tmp/secret-path-SECRETPATH.txt"
 
 
 def _text_of(prompt: Any) -> str:
@@ -29,6 +29,10 @@ def _text_of(prompt: Any) -> str:
         if text:
             parts.append(text)
     return " ".join(parts)
+
+
+def _chunk(text: str) -> dict[str, Any]:
+    return {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}
 
 
 class TraceAgent:
@@ -91,22 +95,30 @@ class TraceAgent:
             except RequestError as exc:
                 return {"stopReason": "end_turn", "_meta": {"code": exc.code}}
             return {"stopReason": "refusal"}
-        await conn.session_update(session_id=session_id, update=helpers.update_agent_message_text("Hello "))
-        await conn.session_update(session_id=session_id, update=helpers.update_agent_message_text(SECRET))
+        await conn.session_update(session_id=session_id, update=_chunk("Hello "))
+        await conn.session_update(session_id=session_id, update=_chunk(SECRET))
         await conn.session_update(
             session_id=session_id,
-            update=helpers.start_tool_call("call-1", "Read secrets", kind="read", status="pending"),
+            update={
+                "sessionUpdate": "tool_call",
+                "toolCallId": "call-1",
+                "title": f"Read {SECRET}",
+                "kind": "read",
+                "status": "pending",
+                "rawInput": {"secret": SECRET},
+            },
         )
         permission = await conn.request_permission(
             session_id=session_id,
-            tool_call=helpers.update_tool_call("call-1", title="Read secrets", status="pending"),
+            tool_call={"toolCallId": "call-1", "title": f"Read {SECRET}", "status": "pending"},
             options=[{"optionId": "allow", "name": "Allow once", "kind": "allow_once"}],
         )
-        body = await conn.read_text_file(session_id=session_id, path="/tmp/secret.txt")
+        body = await conn.read_text_file(session_id=session_id, path=SECRET_PATH)
         ext = await conn.ext_method("test.dev/echo", {"value": 42, "_meta": {"test.dev/flag": True}})
         await conn.ext_notification("test.dev/note", {"n": 1})
         await conn.session_update(
-            session_id=session_id, update=helpers.update_tool_call("call-1", status="completed")
+            session_id=session_id,
+            update={"sessionUpdate": "tool_call_update", "toolCallId": "call-1", "status": "completed"},
         )
         outcome = getattr(getattr(permission, "outcome", None), "outcome", None)
         assert body.content == FILE_BODY and ext.get("echo") == 42 and outcome == "selected"
@@ -174,7 +186,7 @@ async def initialize(conn: Any) -> Any:
 
 
 async def prompt(conn: Any, session_id: str, text: str) -> Any:
-    return await conn.prompt(session_id=session_id, prompt=[helpers.text_block(text)])
+    return await conn.prompt(session_id=session_id, prompt=[{"type": "text", "text": text}])
 
 
 def agent_main() -> None:

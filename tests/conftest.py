@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from acp_otel import AcpInstrumentor  # noqa: E402
+from acp_otel import AcpInstrumentor
 
 
 @pytest.fixture

@@ -1,0 +1,83 @@
+"""Propagation is a set of small pure functions: inject into a copy, extract and strip."""
+
+from __future__ import annotations
+
+import copy
+
+from opentelemetry import baggage, trace
+from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+from acp_otel import propagation
+
+TP = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+def _context():
+    span_context = SpanContext(0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331, True, TraceFlags(1))
+    ctx = trace.set_span_in_context(NonRecordingSpan(span_context))
+    return baggage.set_baggage("user", "alice", ctx)
+
+
+def test_carrier_has_w3c_headers() -> None:
+    carrier = propagation.carrier_for(_context())
+    assert carrier["traceparent"] == TP
+    assert carrier["baggage"] == "user=alice"
+
+
+def test_inject_copies_and_keeps_other_keys() -> None:
+    params = {"sessionId": "s", "_meta": {"zed.dev/debugMode": True}}
+    before = copy.deepcopy(params)
+    out = propagation.inject_into_params(params, {"traceparent": TP})
+    assert params == before
+    assert out == {"sessionId": "s", "_meta": {"zed.dev/debugMode": True, "traceparent": TP}}
+    assert out["_meta"] is not params["_meta"]
+
+
+def test_inject_none_and_non_objects() -> None:
+    assert propagation.inject_into_params(None, {"traceparent": TP}) == {"_meta": {"traceparent": TP}}
+    for params in ([1, 2], "text", 3, {"_meta": "x"}, {"_meta": [1]}):
+        assert propagation.inject_into_params(params, {"traceparent": TP}) is params
+    params = {"a": 1}
+    assert propagation.inject_into_params(params, {}) is params
+
+
+def test_inject_copies_only_changed_levels() -> None:
+    nested = {"deep": [1, 2, 3]}
+    params = {"prompt": nested, "_meta": {"k": nested}}
+    out = propagation.inject_into_params(params, {"traceparent": TP})
+    assert out["prompt"] is nested and out["_meta"]["k"] is nested
+
+
+def test_extract_and_strip() -> None:
+    message = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": 1, "_meta": {"traceparent": TP, "baggage": "user=alice", "other": 1}},
+    }
+    before = copy.deepcopy(message)
+    carrier = propagation.extract_carrier(message)
+    assert carrier == {"traceparent": TP, "baggage": "user=alice"}
+    ctx = propagation.context_from_carrier(carrier)
+    assert trace.get_current_span(ctx).get_span_context().span_id == 0xB7AD6B7169203331
+    assert baggage.get_baggage("user", ctx) == "alice"
+    stripped = propagation.strip_message(message)
+    assert message == before  # the original (possibly shared with the sender) is untouched
+    assert stripped["params"] == {"protocolVersion": 1, "_meta": {"other": 1}}
+
+
+def test_strip_drops_empty_meta_and_non_string_values() -> None:
+    message = {"method": "x", "params": {"a": 1, "_meta": {"traceparent": 5, "tracestate": None}}}
+    assert propagation.extract_carrier(message) is None
+    assert propagation.strip_message(message) == {"method": "x", "params": {"a": 1}}
+
+
+def test_nothing_to_strip_returns_same_object() -> None:
+    for message in ({"method": "x"}, {"method": "x", "params": [1]}, {"params": {"_meta": {"k": 1}}}, "junk", None):
+        assert propagation.strip_message(message) is message
+    assert propagation.context_from_carrier(None) is not None
+
+
+def test_invalid_traceparent_gives_empty_context() -> None:
+    ctx = propagation.context_from_carrier({"traceparent": "ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"})
+    assert not trace.get_current_span(ctx).get_span_context().is_valid
