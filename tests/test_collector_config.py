@@ -1,0 +1,342 @@
+"""Consistency checks for the Docker Compose tracing stack in collector-config/.
+
+Docker is not available where this project is tested, so these tests check the wiring between the files
+(names, ports, hosts, mounts) instead of running the stack. Each check is a function returning a list of
+problems; the mutation tests at the end prove the checks do catch broken configurations.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+import yaml
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "collector-config"
+COMPONENT_KINDS = ("receivers", "processors", "exporters", "connectors")
+
+
+def load(name: str) -> dict[str, Any]:
+    data = yaml.safe_load((CONFIG_DIR / name).read_text(encoding="utf-8"))
+    assert isinstance(data, dict), f"{name} must be a YAML mapping"
+    return data
+
+
+@pytest.fixture(scope="module")
+def collector() -> dict[str, Any]:
+    return load("otel-collector.yaml")
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    return load("docker-compose.yaml")
+
+
+@pytest.fixture(scope="module")
+def tempo() -> dict[str, Any]:
+    return load("tempo.yaml")
+
+
+@pytest.fixture(scope="module")
+def datasources() -> dict[str, Any]:
+    return load("grafana-datasources.yaml")
+
+
+# --------------------------------------------------------------------------- parsing helpers
+
+
+def host_port(endpoint: str) -> tuple[str, int]:
+    """Split ``host:port`` or ``scheme://host:port/...`` into (host, port)."""
+    if "://" not in endpoint:
+        endpoint = "tcp://" + endpoint
+    parts = urlsplit(endpoint)
+    assert parts.hostname is not None and parts.port is not None, f"no host:port in {endpoint!r}"
+    return parts.hostname, parts.port
+
+
+def published_ports(service: dict[str, Any]) -> dict[int, int]:
+    """Container port -> host port for a compose service (short and long port syntax)."""
+    out: dict[int, int] = {}
+    for entry in service.get("ports", []):
+        if isinstance(entry, dict):
+            target, published = int(entry["target"]), entry.get("published", entry["target"])
+            out[target] = int(published)
+            continue
+        spec = str(entry).split("/", 1)[0]  # drop "/tcp"
+        pieces = spec.split(":")
+        container = int(pieces[-1])
+        out[container] = int(pieces[-2]) if len(pieces) >= 2 else container
+    return out
+
+
+def bind_mounts(service: dict[str, Any]) -> list[tuple[str, str]]:
+    """(host source, container target) for bind mounts; named volumes are skipped."""
+    mounts = []
+    for entry in service.get("volumes", []):
+        if isinstance(entry, dict):
+            if entry.get("type", "bind") == "bind":
+                mounts.append((entry["source"], entry["target"]))
+            continue
+        source, target = str(entry).split(":")[:2]
+        if source.startswith((".", "/", "~")):
+            mounts.append((source, target))
+    return mounts
+
+
+def command_args(service: dict[str, Any]) -> list[str]:
+    command = service.get("command", [])
+    return command.split() if isinstance(command, str) else [str(c) for c in command]
+
+
+def flag_value(args: list[str], *names: str) -> str | None:
+    """Value of ``--flag=value`` / ``-flag=value`` / ``--flag value`` in an argument list."""
+    for i, arg in enumerate(args):
+        for name in names:
+            if arg.startswith(name + "="):
+                return arg.split("=", 1)[1]
+            if arg == name and i + 1 < len(args):
+                return args[i + 1]
+    return None
+
+
+def collector_service_name(compose: dict[str, Any]) -> str:
+    names = [n for n, s in compose["services"].items() if "opentelemetry-collector" in s.get("image", "")]
+    assert len(names) == 1, f"expected exactly one collector service, found {names}"
+    return names[0]
+
+
+def service_by_image(compose: dict[str, Any], image_fragment: str) -> str:
+    names = [n for n, s in compose["services"].items() if image_fragment in s.get("image", "")]
+    assert len(names) == 1, f"expected one service with image {image_fragment!r}, found {names}"
+    return names[0]
+
+
+# --------------------------------------------------------------------------- checks (return problems)
+
+
+def pipeline_problems(collector: dict[str, Any]) -> list[str]:
+    problems = []
+    pipelines = collector.get("service", {}).get("pipelines", {})
+    if "traces" not in pipelines:
+        problems.append("service.pipelines has no traces pipeline")
+    used: dict[str, set[str]] = {kind: set() for kind in COMPONENT_KINDS}
+    for pipe_name, pipe in pipelines.items():
+        for kind in ("receivers", "processors", "exporters"):
+            names = pipe.get(kind) or []
+            if kind != "processors" and not names:
+                problems.append(f"pipeline {pipe_name} has no {kind}")
+            for name in names:
+                used[kind].add(name)
+                if name not in (collector.get(kind) or {}):
+                    problems.append(f"pipeline {pipe_name} uses {kind[:-1]} {name!r} that is not defined")
+    for kind in COMPONENT_KINDS:
+        for name in collector.get(kind) or {}:
+            if name not in used[kind]:
+                problems.append(f"{kind[:-1]} {name!r} is defined but not used in any pipeline")
+    for ext in collector.get("service", {}).get("extensions", []) or []:
+        if ext not in (collector.get("extensions") or {}):
+            problems.append(f"service uses extension {ext!r} that is not defined")
+    for ext in collector.get("extensions") or {}:
+        if ext not in (collector.get("service", {}).get("extensions") or []):
+            problems.append(f"extension {ext!r} is defined but not enabled in service.extensions")
+    return problems
+
+
+def port_problems(collector: dict[str, Any], compose: dict[str, Any]) -> list[str]:
+    problems = []
+    protocols = collector["receivers"]["otlp"]["protocols"]
+    published = published_ports(compose["services"][collector_service_name(compose)])
+    for protocol, expected in (("grpc", 4317), ("http", 4318)):
+        host, port = host_port(protocols[protocol]["endpoint"])
+        if port != expected:
+            problems.append(f"OTLP {protocol} receiver listens on {port}, the OTLP default is {expected}")
+        if host not in ("0.0.0.0", "::", ""):
+            problems.append(f"OTLP {protocol} receiver binds {host}: unreachable through a published port")
+        if published.get(port) != port:
+            problems.append(f"compose publishes {published} but the {protocol} receiver is on container port {port}")
+    return problems
+
+
+def exporter_problems(collector: dict[str, Any], compose: dict[str, Any], tempo: dict[str, Any]) -> list[str]:
+    problems = []
+    services = compose["services"]
+    tempo_service = service_by_image(compose, "grafana/tempo")
+    tempo_otlp = tempo["distributor"]["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"]
+    for name, cfg in (collector.get("exporters") or {}).items():
+        endpoint = (cfg or {}).get("endpoint")
+        if endpoint is None:
+            continue
+        host, port = host_port(endpoint)
+        if host not in services:
+            problems.append(f"exporter {name} points at {host!r}, which is not a compose service")
+        if host == tempo_service and port != host_port(tempo_otlp)[1]:
+            problems.append(f"exporter {name} sends to port {port} but Tempo's OTLP gRPC receiver is {tempo_otlp}")
+        if name.split("/")[0] == "otlp" and not (cfg.get("tls") or {}).get("insecure"):
+            problems.append(f"exporter {name} needs tls.insecure: true (the backends serve plaintext)")
+    return problems
+
+
+def grafana_problems(datasources: dict[str, Any], compose: dict[str, Any], tempo: dict[str, Any]) -> list[str]:
+    problems = []
+    tempo_sources = [d for d in datasources.get("datasources", []) if d.get("type") == "tempo"]
+    if len(tempo_sources) != 1:
+        return [f"expected one Tempo data source, found {len(tempo_sources)}"]
+    host, port = host_port(tempo_sources[0]["url"])
+    tempo_service = service_by_image(compose, "grafana/tempo")
+    if host != tempo_service:
+        problems.append(f"Grafana queries {host!r} but the Tempo service is {tempo_service!r}")
+    if port != tempo["server"]["http_listen_port"]:
+        problems.append(
+            f"Grafana queries port {port} but Tempo's http_listen_port is {tempo['server']['http_listen_port']}"
+        )
+    return problems
+
+
+def mount_problems(compose: dict[str, Any]) -> list[str]:
+    problems = []
+    for name, service in compose["services"].items():
+        for source, _target in bind_mounts(service):
+            if not (CONFIG_DIR / source).resolve().is_file():
+                problems.append(f"service {name} mounts {source}, which does not exist in collector-config/")
+    # The config files must be mounted exactly where each program is told to read them.
+    collector = compose["services"][collector_service_name(compose)]
+    config_path = flag_value(command_args(collector), "--config") or "/etc/otelcol-contrib/config.yaml"
+    if config_path.removeprefix("file:") not in {t for _, t in bind_mounts(collector)}:
+        problems.append(f"collector reads {config_path} but nothing is mounted there")
+    tempo_service = compose["services"][service_by_image(compose, "grafana/tempo")]
+    tempo_path = flag_value(command_args(tempo_service), "-config.file", "--config.file")
+    if tempo_path is None or tempo_path not in {t for _, t in bind_mounts(tempo_service)}:
+        problems.append(f"tempo reads {tempo_path} but nothing is mounted there")
+    grafana = compose["services"][service_by_image(compose, "grafana/grafana")]
+    if not any(t.startswith("/etc/grafana/provisioning/datasources/") for _, t in bind_mounts(grafana)):
+        problems.append("grafana-datasources.yaml is not mounted into Grafana's datasource provisioning folder")
+    return problems
+
+
+# --------------------------------------------------------------------------- tests
+
+
+def test_every_yaml_file_parses() -> None:
+    files = sorted(CONFIG_DIR.glob("*.y*ml"))
+    names = {f.name for f in files}
+    assert {"otel-collector.yaml", "docker-compose.yaml", "tempo.yaml", "grafana-datasources.yaml"} <= names
+    for path in files:
+        assert isinstance(yaml.safe_load(path.read_text(encoding="utf-8")), dict), path.name
+
+
+def test_pipeline_components_defined_and_used(collector: dict[str, Any]) -> None:
+    assert pipeline_problems(collector) == []
+
+
+def test_memory_limiter_runs_first(collector: dict[str, Any]) -> None:
+    processors = collector["service"]["pipelines"]["traces"]["processors"]
+    assert processors[0] == "memory_limiter"
+    limiter = collector["processors"]["memory_limiter"]
+    assert {"check_interval", "limit_mib", "spike_limit_mib"} <= set(limiter)
+    assert limiter["spike_limit_mib"] < limiter["limit_mib"]
+    assert "batch" in processors
+
+
+def test_expected_exporters(collector: dict[str, Any]) -> None:
+    assert set(collector["service"]["pipelines"]["traces"]["exporters"]) == {"otlp/jaeger", "otlp/tempo", "debug"}
+
+
+def test_published_ports_match_receiver_endpoints(collector: dict[str, Any], compose: dict[str, Any]) -> None:
+    assert port_problems(collector, compose) == []
+
+
+def test_exporters_target_existing_services(
+    collector: dict[str, Any], compose: dict[str, Any], tempo: dict[str, Any]
+) -> None:
+    assert exporter_problems(collector, compose, tempo) == []
+
+
+def test_grafana_datasource_points_at_tempo(
+    datasources: dict[str, Any], compose: dict[str, Any], tempo: dict[str, Any]
+) -> None:
+    assert grafana_problems(datasources, compose, tempo) == []
+    grafana = compose["services"][service_by_image(compose, "grafana/grafana")]
+    env = grafana.get("environment", {})
+    assert str(env.get("GF_AUTH_ANONYMOUS_ENABLED")).lower() == "true"
+    assert env.get("GF_AUTH_ANONYMOUS_ORG_ROLE") == "Admin"
+    assert published_ports(grafana).get(3000) == 3000
+
+
+def test_compose_mounts_exist_and_match_config_paths(compose: dict[str, Any]) -> None:
+    assert mount_problems(compose) == []
+
+
+def test_ui_ports_and_tempo_api_published(compose: dict[str, Any], tempo: dict[str, Any]) -> None:
+    jaeger = compose["services"][service_by_image(compose, "jaegertracing/")]
+    assert published_ports(jaeger).get(16686) == 16686
+    tempo_service = compose["services"][service_by_image(compose, "grafana/tempo")]
+    assert tempo["server"]["http_listen_port"] in published_ports(tempo_service)
+    assert tempo["storage"]["trace"]["backend"] == "local"
+
+
+def test_images_are_pinned_and_dependencies_exist(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    for name, service in services.items():
+        image = service["image"]
+        repo, _, tag = image.rpartition(":")
+        assert repo and "/" not in tag, f"{name}: image {image!r} has no tag"
+        assert re.fullmatch(r"v?\d+\.\d+\.\d+", tag), f"{name}: image tag {tag!r} is not a concrete version"
+        for dep in service.get("depends_on", []):
+            assert dep in services, f"{name} depends on unknown service {dep!r}"
+
+
+def test_readme_documents_usage() -> None:
+    text = (CONFIG_DIR / "README.md").read_text(encoding="utf-8")
+    assert "docker compose -f collector-config/docker-compose.yaml up -d" in text
+    assert "OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:4318" in text
+    for port in ("4317", "4318", "16686", "3000", "3200"):
+        assert port in text
+
+
+# --------------------------------------------------------------------------- the checks can fail
+
+
+def test_checks_catch_broken_pipeline(collector: dict[str, Any]) -> None:
+    broken = copy.deepcopy(collector)
+    del broken["processors"]["batch"]
+    assert any("'batch' that is not defined" in p for p in pipeline_problems(broken))
+    broken = copy.deepcopy(collector)
+    broken["exporters"]["otlp/unused"] = {"endpoint": "jaeger:4317"}
+    assert any("'otlp/unused' is defined but not used" in p for p in pipeline_problems(broken))
+
+
+def test_checks_catch_port_and_host_mismatches(
+    collector: dict[str, Any], compose: dict[str, Any], tempo: dict[str, Any], datasources: dict[str, Any]
+) -> None:
+    broken = copy.deepcopy(collector)
+    broken["receivers"]["otlp"]["protocols"]["http"]["endpoint"] = "0.0.0.0:4319"
+    assert port_problems(broken, compose)
+    broken["receivers"]["otlp"]["protocols"]["http"]["endpoint"] = "localhost:4318"
+    assert any("unreachable" in p for p in port_problems(broken, compose))
+
+    broken_compose = copy.deepcopy(compose)
+    broken_compose["services"][collector_service_name(compose)]["ports"] = ["14318:4318", "4317:4317"]
+    assert port_problems(collector, broken_compose)
+
+    broken = copy.deepcopy(collector)
+    broken["exporters"]["otlp/jaeger"]["endpoint"] = "jaeger-collector:4317"
+    assert exporter_problems(broken, compose, tempo)
+
+    broken_tempo = copy.deepcopy(tempo)
+    broken_tempo["server"]["http_listen_port"] = 3201
+    assert grafana_problems(datasources, compose, broken_tempo)
+    broken_tempo["distributor"]["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"] = "0.0.0.0:14317"
+    assert exporter_problems(collector, compose, broken_tempo)
+
+
+def test_checks_catch_missing_mounts(compose: dict[str, Any]) -> None:
+    broken = copy.deepcopy(compose)
+    tempo_name = service_by_image(compose, "grafana/tempo")
+    broken["services"][tempo_name]["volumes"] = ["./does-not-exist.yaml:/etc/tempo.yaml:ro"]
+    assert any("does-not-exist.yaml" in p for p in mount_problems(broken))
+    broken["services"][tempo_name]["volumes"] = ["./tempo.yaml:/etc/tempo/other.yaml:ro"]
+    assert any("tempo reads" in p for p in mount_problems(broken))
