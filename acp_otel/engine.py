@@ -111,6 +111,10 @@ class Engine:
         self._strip_keys = propagation.propagator_fields()
         self._events_mode = settings.notification_spans == "events"
         self._no_notification_spans = settings.notification_spans == "none"
+        # Per method name: the start attributes that depend on the name alone, and whether to inject.
+        # Bounded like MethodMatcher's cache: a hostile peer can invent endless method names.
+        self._method_attributes: dict[str, dict[str, Any]] = {}
+        self._inject_by_method: dict[str, bool] = {}
 
     # ----------------------------------------------------------------- peers
 
@@ -139,6 +143,8 @@ class Engine:
 
         Returns the call to end later (``None`` when nothing is traced) and the params to send.
         """
+        span = None
+        call = None
         try:
             if type(method) is not str or not is_instrumentation_enabled():
                 return None, params
@@ -167,6 +173,13 @@ class Engine:
             return call, propagation.inject_into_params(params, propagation.carrier_for(inject_ctx))
         except Exception:
             _log.debug("acp_otel: failed to start outgoing span for %r", method, exc_info=True)
+            try:  # started but not handed out: end it here, or it would stay open
+                if call is not None:
+                    self._end(call)
+                elif span is not None:
+                    span.end()
+            except Exception:
+                pass
             return None, params
 
     # -------------------------------------------------------------- incoming
@@ -328,10 +341,14 @@ class Engine:
         span.end()
 
     def _may_inject(self, method: str) -> bool:
-        settings = self.settings
-        if not settings.inject or sc.is_protocol_method(method):
-            return False
-        return not settings.inject_excluded_methods(method)
+        may = self._inject_by_method.get(method)
+        if may is None:
+            settings = self.settings
+            may = settings.inject and not sc.is_protocol_method(method)
+            may = may and not settings.inject_excluded_methods(method)
+            if len(self._inject_by_method) < 1024:
+                self._inject_by_method[method] = may
+        return may
 
     def _notification_spanned(self, method: str, peer: PeerState | None, params: Any) -> bool:
         """Whether a notification gets its own span under ``notification_spans``."""
@@ -374,14 +391,19 @@ class Engine:
         return attributes
 
     def _start_attributes(self, method: str, params: Any, request_id: Any, peer: PeerState | None) -> dict[str, Any]:
-        attributes: dict[str, Any] = {sc.RPC_SYSTEM_NAME: sc.RPC_SYSTEM_VALUE, sc.ACP_METHOD_NAME: method}
+        static = self._method_attributes.get(method)
+        if static is None:
+            static = {sc.RPC_SYSTEM_NAME: sc.RPC_SYSTEM_VALUE, sc.ACP_METHOD_NAME: method}
+            if sc.is_extension(method):
+                static[sc.ACP_EXTENSION] = True
+                namespace = sc.extension_namespace(method)
+                if namespace is not None:
+                    static[sc.ACP_EXTENSION_NAMESPACE] = namespace
+            if len(self._method_attributes) < 1024:
+                self._method_attributes[method] = static
+        attributes = dict(static)
         if request_id is not None:
             attributes[sc.JSONRPC_REQUEST_ID] = str(request_id)
-        if sc.is_extension(method):
-            attributes[sc.ACP_EXTENSION] = True
-            namespace = sc.extension_namespace(method)
-            if namespace is not None:
-                attributes[sc.ACP_EXTENSION_NAMESPACE] = namespace
         session_id = _session_id_of(params)
         if session_id is not None:
             attributes[sc.ACP_SESSION_ID] = session_id

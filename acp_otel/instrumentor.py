@@ -12,7 +12,7 @@ from opentelemetry.instrumentation.dependencies import DependencyConflict
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 from packaging.requirements import Requirement
 
-from . import sdk_adapter
+from . import sdk_adapter, shutdown, spawn
 from .engine import Engine
 from .package import _instruments
 from .settings import Settings, load_settings
@@ -61,7 +61,11 @@ class AcpInstrumentor(BaseInstrumentor):
         tracer = trace.get_tracer("acp_otel", __version__, tracer_provider)
         self._settings = settings
         sdk_adapter.install(Engine(tracer, settings))
+        spawn.install(tracer, settings)  # spawned agents inherit OTEL_* and get an acp.spawn span
+        shutdown.install(tracer_provider)  # flush at end of input and on SIGTERM
 
     def _uninstrument(self, **kwargs: Any) -> None:
+        shutdown.uninstall()
+        spawn.uninstall()
         sdk_adapter.uninstall()
         self._settings = None

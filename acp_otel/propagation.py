@@ -6,7 +6,9 @@ Pure functions over plain JSON values. They copy only the levels they change (th
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
+from contextvars import ContextVar
 from typing import Any
 
 from opentelemetry import propagate
@@ -16,11 +18,20 @@ from .semconv import RESERVED_META_KEYS
 
 META = "_meta"
 
+_log = logging.getLogger("acp_otel")
+
 
 def carrier_for(context: Context | None) -> dict[str, str]:
-    """The trace headers the globally configured propagator writes for ``context``."""
+    """The trace headers the globally configured propagator writes for ``context``.
+
+    A propagator that raises (a broken custom one) yields no headers: the message goes out as given.
+    """
     carrier: dict[str, str] = {}
-    propagate.inject(carrier, context=context)
+    try:
+        propagate.inject(carrier, context=context)
+    except Exception:
+        _log.debug("acp_otel: propagator failed to inject", exc_info=True)
+        return {}
     return carrier
 
 
@@ -70,11 +81,62 @@ def extract_carrier(message: Any, keys: Iterable[str] = RESERVED_META_KEYS) -> d
     return carrier
 
 
+class _PeerInputLogFilter(logging.Filter):
+    """Demotes what the propagators log about a peer's malformed trace headers to our debug log.
+
+    The W3C propagators log a WARNING for every oversized or malformed ``traceparent`` / ``tracestate``
+    / ``baggage`` (echoing the peer's text). Coming from ``_meta`` of a peer's message, that would let
+    any peer flood the application's logs; an uninstrumented application logs nothing. Only records
+    emitted while we extract are affected.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not _EXTRACTING.get():
+            return True
+        _log.debug("acp_otel: ignored invalid trace context from peer: %s", record.getMessage()[:256])
+        return False
+
+
+_EXTRACTING: ContextVar[bool] = ContextVar("acp_otel_extracting", default=False)
+_PROPAGATOR_LOGGERS = (
+    "opentelemetry.trace.propagation.tracecontext",
+    "opentelemetry.trace.span",
+    "opentelemetry.baggage.propagation",
+    "opentelemetry.propagators.composite",
+)
+_LOG_FILTER = _PeerInputLogFilter()
+
+
+_propagator_loggers: list[logging.Logger] = []
+
+
+def _install_log_filter() -> None:
+    # Runs per incoming message: look the loggers up once (getLogger always returns the same object for
+    # a name), but keep checking their filters, since logging configuration may replace them.
+    if not _propagator_loggers:
+        _propagator_loggers.extend(logging.getLogger(name) for name in _PROPAGATOR_LOGGERS)
+    for logger in _propagator_loggers:
+        if _LOG_FILTER not in logger.filters:
+            logger.addFilter(_LOG_FILTER)
+
+
 def context_from_carrier(carrier: dict[str, str] | None) -> Context:
-    """Extract with the global propagator into an empty context (never the ambient one)."""
+    """Extract with the global propagator into an empty context (never the ambient one).
+
+    Malformed headers and a propagator that raises give an empty context; what the propagators log
+    about a peer's bad headers goes to our debug log, not the application's (see the filter above).
+    """
     if not carrier:
         return Context()
-    return propagate.extract(carrier, context=Context())
+    _install_log_filter()
+    token = _EXTRACTING.set(True)
+    try:
+        return propagate.extract(carrier, context=Context())
+    except Exception:
+        _log.debug("acp_otel: propagator failed to extract", exc_info=True)
+        return Context()
+    finally:
+        _EXTRACTING.reset(token)
 
 
 def strip_message(message: Any, keys: Iterable[str] = RESERVED_META_KEYS) -> Any:

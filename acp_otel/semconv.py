@@ -47,6 +47,12 @@ ACP_SESSION_UPDATE_DROPPED = "acp.session.update.dropped"
 # The root keys of ``_meta`` that W3C trace context owns in ACP.
 RESERVED_META_KEYS = ("traceparent", "tracestate", "baggage")
 
+# Spawning a stdio peer through the SDK (acp_otel.spawn): an INTERNAL span, process.* conventions.
+SPAWN_SPAN_NAME = "acp.spawn"
+PROCESS_EXECUTABLE_NAME = "process.executable.name"
+PROCESS_PID = "process.pid"
+PROCESS_COMMAND_ARGS = "process.command_args"  # only when content capture is on
+
 INITIALIZE = "initialize"
 SESSION_PROMPT = "session/prompt"
 SESSION_UPDATE = "session/update"

@@ -1,0 +1,63 @@
+"""The ``acp-otel`` command line.
+
+``acp-otel demo`` runs the example client and agent, traced, and shows the joined trace
+(see :mod:`acp_otel.demo.runner`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .version import __version__
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``acp-otel`` argument parser with its subcommands."""
+    parser = argparse.ArgumentParser(
+        prog="acp-otel", description="OpenTelemetry tracing for the Agent Client Protocol."
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands.required = True
+
+    from .demo import runner
+
+    demo = commands.add_parser(
+        "demo",
+        help="run the example client and agent, traced, and show the trace",
+        description=(
+            "Run examples/client.py (which spawns examples/agent.py) under opentelemetry-instrument and show "
+            "the joined trace of both processes. Without OTEL_EXPORTER_OTLP_ENDPOINT the spans go to an "
+            "embedded OTLP receiver on loopback and the trace is printed and written to a file; with it they "
+            "go to that endpoint and the trace id is printed."
+        ),
+    )
+    runner.add_arguments(demo)
+    demo.set_defaults(handler=_demo)
+    return parser
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from .demo import runner
+
+    return runner.run_demo(runner.options_from_args(args))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``acp-otel`` console script; returns the exit status."""
+    from .demo.runner import DemoError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.handler(args))
+    except DemoError as exc:
+        print(f"acp-otel {args.command}: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"acp-otel {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,334 @@
+"""``acp-otel demo``: run the example client and agent, both traced, and show the joined trace.
+
+The example client (``examples/client.py``) runs in a subprocess under ``opentelemetry-instrument``
+with service name ``acp-example-client`` and exports OTLP/HTTP; it spawns the example agent through
+the SDK, and acp-otel hands the agent the OpenTelemetry configuration with service name ``agent``
+(derived from ``python examples/agent.py``). The client runs inside one root span ``acp-otel demo``
+(see :mod:`acp_otel.demo.traced_client`), so the whole run is one trace.
+
+* Without ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or ``..._TRACES_ENDPOINT``), both processes export to an
+  embedded OTLP receiver on a free loopback port; the trace is printed as a waterfall with a summary
+  line and written to an OTLP JSON file (the Collector file exporter's format).
+* With an endpoint set, they export there (``http/protobuf`` unless ``OTEL_EXPORTER_OTLP_PROTOCOL``
+  says otherwise) and the trace id is printed, to look up in Jaeger or Tempo.
+
+Failures end with a one-line message on stderr and exit status 1, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+CLIENT_SERVICE_NAME = "acp-example-client"
+DEFAULT_OUTPUT = "acp-otel-demo-trace.json"
+ENDPOINT_VARS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+# Lines of the example client's output shown in the excerpt (it tags every line, see examples/README.md).
+EXCERPT_TAGS = ("[init]", "[session]", "[prompt]", "[permission]", "[fs]", "[ext]", "[notify]", "[stop]")
+EXCERPT_FALLBACK_LINES = 12
+
+
+class DemoError(Exception):
+    """A problem the user can fix; its message is printed without a traceback."""
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    """What ``acp-otel demo`` was asked to do."""
+
+    output: Path = Path(DEFAULT_OUTPUT)
+    examples: Path | None = None
+    width: int | None = None
+    color: str = "auto"
+    timeout: float = 60.0
+    client_args: tuple[str, ...] = ()
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the ``demo`` subcommand's options on ``parser``."""
+    parser.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        default=Path(DEFAULT_OUTPUT),
+        help="OTLP JSON file for the trace (embedded receiver only; default: %(default)s)",
+    )
+    parser.add_argument(
+        "--examples", type=Path, default=None, help="directory with client.py and agent.py (default: the repo's)"
+    )
+    parser.add_argument("--width", type=int, default=None, help="waterfall width (default: terminal width)")
+    parser.add_argument(
+        "--color", choices=("auto", "always", "never"), default="auto", help="ANSI colors (default: %(default)s)"
+    )
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds the client may run (default: %(default)s)")
+    parser.add_argument(
+        "client_args", nargs=argparse.REMAINDER, help="arguments for examples/client.py, after -- (e.g. -- --reject)"
+    )
+
+
+def options_from_args(args: argparse.Namespace) -> DemoOptions:
+    """Build :class:`DemoOptions` from parsed ``demo`` arguments."""
+    client_args = list(args.client_args)
+    if client_args[:1] == ["--"]:
+        client_args = client_args[1:]
+    return DemoOptions(
+        output=args.output,
+        examples=args.examples,
+        width=args.width,
+        color=args.color,
+        timeout=args.timeout,
+        client_args=tuple(client_args),
+    )
+
+
+# ------------------------------------------------------------------ checks
+
+
+def find_examples(explicit: Path | None = None) -> Path:
+    """The directory holding the example ``client.py`` and ``agent.py``; :class:`DemoError` if absent."""
+    candidates = [explicit] if explicit is not None else []
+    if explicit is None:
+        package_dir = Path(__file__).resolve().parent.parent  # acp_otel/
+        candidates += [package_dir.parent / "examples", Path.cwd() / "examples"]
+    for candidate in candidates:
+        if (candidate / "client.py").is_file() and (candidate / "agent.py").is_file():
+            return candidate.resolve()
+    where = ", ".join(str(c) for c in candidates)
+    raise DemoError(
+        f"the example client and agent were not found (looked for client.py and agent.py in {where}). "
+        "The demo runs from a source checkout (pip install -e .), or pass --examples DIR."
+    )
+
+
+def find_opentelemetry_instrument() -> str:
+    """The ``opentelemetry-instrument`` next to this Python, else on ``PATH``; :class:`DemoError` if absent."""
+    here = Path(sys.executable).parent
+    for name in ("opentelemetry-instrument", "opentelemetry-instrument.exe"):
+        if (here / name).is_file():
+            return str(here / name)
+    found = shutil.which("opentelemetry-instrument")
+    if found:
+        return found
+    raise DemoError(
+        "opentelemetry-instrument was not found (it comes with opentelemetry-instrumentation, a dependency of "
+        "acp-otel: pip install acp-otel)."
+    )
+
+
+def check_requirements() -> None:
+    """Fail early and clearly when the ACP SDK or the OTLP exporter is missing."""
+    if importlib.util.find_spec("acp") is None:
+        raise DemoError(
+            "the ACP Python SDK is not installed (import acp failed): pip install 'acp-otel[instruments]' "
+            "or pip install agent-client-protocol"
+        )
+    if importlib.util.find_spec("opentelemetry.exporter.otlp.proto.http") is None:
+        raise DemoError("the OTLP/HTTP exporter is not installed: pip install opentelemetry-exporter-otlp")
+
+
+# ------------------------------------------------------------------ running
+
+
+@dataclass
+class ClientRun:
+    """The example client's exit status, output and the demo trace id."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    trace_id: str
+    seconds: float
+
+
+def client_environment(base: dict[str, str], exporter_env: dict[str, str] | None) -> dict[str, str]:
+    """The client process's environment: ``base`` plus the demo's OpenTelemetry settings.
+
+    ``exporter_env`` (the embedded receiver's) overrides endpoint and protocol; without it the caller's
+    endpoint is kept and the protocol defaults to ``http/protobuf``.
+    """
+    env = dict(base)
+    env.pop("OTEL_SDK_DISABLED", None)
+    env.update(
+        {
+            "OTEL_SERVICE_NAME": CLIENT_SERVICE_NAME,
+            "OTEL_TRACES_EXPORTER": "otlp",
+            "OTEL_METRICS_EXPORTER": "none",
+            "OTEL_LOGS_EXPORTER": "none",
+            "OTEL_BSP_SCHEDULE_DELAY": "200",
+        }
+    )
+    if exporter_env is not None:
+        env.update(exporter_env)
+        env["OTEL_TRACES_SAMPLER"] = "parentbased_always_on"
+    elif "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL" not in env:
+        env.setdefault("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+    return env
+
+
+def run_client(
+    examples: Path, env: dict[str, str], client_args: tuple[str, ...], timeout: float, cwd: Path | None = None
+) -> ClientRun:
+    """Run ``examples/client.py`` under ``opentelemetry-instrument`` inside the demo's root span."""
+    instrument = find_opentelemetry_instrument()
+    with tempfile.TemporaryDirectory(prefix="acp-otel-demo-") as tmp:
+        trace_id_file = Path(tmp) / "trace-id"
+        command = [
+            instrument,
+            sys.executable,
+            "-m",
+            "acp_otel.demo.traced_client",
+            "--client",
+            str(examples / "client.py"),
+            "--trace-id-file",
+            str(trace_id_file),
+            "--",
+            *client_args,
+        ]
+        started = time.monotonic()
+        try:
+            done = subprocess.run(
+                command,
+                env=env,
+                cwd=str(cwd or examples.parent),
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise DemoError(f"the example client did not finish within {timeout:g} s") from exc
+        except OSError as exc:
+            raise DemoError(f"could not start {instrument}: {exc}") from exc
+        seconds = time.monotonic() - started
+        trace_id = trace_id_file.read_text(encoding="utf-8").strip() if trace_id_file.exists() else ""
+    return ClientRun(done.returncode, done.stdout, done.stderr, trace_id, seconds)
+
+
+def excerpt(stdout: str, width: int) -> list[str]:
+    """The lines of the client's output worth showing (tagged milestones), cut to ``width``."""
+    lines = [line for line in stdout.splitlines() if line.strip()]
+    picked = [line for line in lines if line.startswith(EXCERPT_TAGS)] or lines[:EXCERPT_FALLBACK_LINES]
+    return [line if len(line) <= width - 2 else line[: width - 3] + "…" for line in picked]
+
+
+def _tail(text: str, lines: int = 15) -> str:
+    kept = text.strip().splitlines()[-lines:]
+    return "\n".join("  " + line for line in kept)
+
+
+def _use_color(mode: str, stream: TextIO) -> bool:
+    if mode == "always":
+        return True
+    if mode == "never":
+        return False
+    return bool(getattr(stream, "isatty", lambda: False)()) and "NO_COLOR" not in os.environ
+
+
+def run_demo(options: DemoOptions, out: TextIO | None = None) -> int:
+    """Run the demo; print to ``out`` (default stdout). Raises :class:`DemoError` on failure."""
+    out = out or sys.stdout
+    check_requirements()
+    examples = find_examples(options.examples)
+    find_opentelemetry_instrument()
+    width = options.width or min(shutil.get_terminal_size((110, 24)).columns, 140)
+    color = _use_color(options.color, out)
+    endpoint = next((os.environ[v] for v in ENDPOINT_VARS if os.environ.get(v)), None)
+    if endpoint is not None:
+        return _run_with_endpoint(options, examples, endpoint, width, out)
+    return _run_with_receiver(options, examples, width, color, out)
+
+
+def _print_client_output(run: ClientRun, width: int, out: TextIO) -> None:
+    lines = excerpt(run.stdout, width)
+    if lines:
+        print(f"example client output (excerpt), {run.seconds:.1f} s:", file=out)
+        for line in lines:
+            print(f"  {line}", file=out)
+        print(file=out)
+
+
+def _check_client(run: ClientRun) -> None:
+    if run.returncode != 0:
+        detail = _tail(run.stderr) or "  (no output on stderr)"
+        raise DemoError(f"the example client failed with exit status {run.returncode}; its stderr ends with:\n{detail}")
+    if not run.trace_id or set(run.trace_id) == {"0"}:
+        raise DemoError(
+            "the example client ran but was not traced (no valid trace id): is the OpenTelemetry SDK "
+            "configured by opentelemetry-instrument (opentelemetry-distro installed)?"
+        )
+
+
+def _run_with_endpoint(options: DemoOptions, examples: Path, endpoint: str, width: int, out: TextIO) -> int:
+    env = client_environment(dict(os.environ), None)
+    protocol = env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+    print(f"acp-otel demo: example client and agent, exporting OTLP ({protocol}) to {endpoint}", file=out)
+    print(file=out)
+    run = run_client(examples, env, options.client_args, options.timeout)
+    _check_client(run)
+    _print_client_output(run, width, out)
+    print(f"trace id: {run.trace_id}", file=out)
+    print(
+        f"look it up in Jaeger (http://localhost:16686/trace/{run.trace_id}) or in Grafana "
+        "(Explore → Tempo → query type Search or TraceQL → the trace id)",
+        file=out,
+    )
+    return 0
+
+
+def _run_with_receiver(options: DemoOptions, examples: Path, width: int, color: bool, out: TextIO) -> int:
+    from acp_otel.demo.otlp_json import write_otlp_json
+    from acp_otel.demo.receiver import OtlpReceiver
+    from acp_otel.demo.waterfall import render_waterfall, summary_line
+
+    with OtlpReceiver(enable_grpc=False) as receiver:
+        print(
+            f"acp-otel demo: example client and agent, exporting OTLP/HTTP to an embedded receiver at "
+            f"{receiver.http_endpoint}",
+            file=out,
+        )
+        print(file=out)
+        env = client_environment(dict(os.environ), receiver.exporter_env("http/protobuf"))
+        run = run_client(examples, env, options.client_args, options.timeout)
+        _check_client(run)
+        _print_client_output(run, width, out)
+
+        def complete(spans: list) -> bool:
+            mine = [s for s in spans if s.trace_id == run.trace_id]
+            return any(not s.parent_span_id for s in mine) and len({s.service_name for s in mine}) >= 2
+
+        try:
+            receiver.wait_for(complete, timeout=10.0)
+        except TimeoutError:
+            pass
+        spans = receiver.spans(run.trace_id)
+        if not spans:
+            raise DemoError(
+                f"no spans arrived at the embedded receiver for trace {run.trace_id} "
+                f"(received {len(receiver.spans())} spans in all)"
+            )
+        print(render_waterfall(spans, width=width, color=color), file=out)
+        print(file=out)
+        print(summary_line(spans), file=out)
+        try:
+            written = write_otlp_json(receiver.resource_spans(), options.output, trace_id=run.trace_id)
+        except OSError as exc:
+            raise DemoError(f"could not write {options.output}: {exc}") from exc
+        print(
+            f"wrote {written} spans to {options.output} (OTLP JSON, as the Collector's file exporter writes)", file=out
+        )
+        services = {s.service_name for s in spans}
+        if CLIENT_SERVICE_NAME not in services or len(services) < 2:
+            raise DemoError(
+                "the agent's spans did not arrive (services seen: "
+                f"{', '.join(sorted(services))}); is OTEL_PYTHON_ACP_PROPAGATE_ENV set to false?"
+            )
+    return 0

@@ -1,0 +1,310 @@
+"""Agents spawned through the SDK inherit the OpenTelemetry configuration and get a span of their own.
+
+The SDK starts every stdio child (``spawn_agent_process``, ``spawn_client_process``,
+``spawn_stdio_connection``, all through ``acp.transports.spawn_stdio_transport``) with a trimmed
+environment (``default_environment()``: HOME, LOGNAME, PATH, SHELL, TERM, USER, plus the caller's
+``env=``), so neither ``OTEL_*`` nor the ``PYTHONPATH`` entry that ``opentelemetry-instrument`` relies
+on reach the child. While instrumented (and ``propagate_env`` is on) the child additionally gets:
+
+* every ``OTEL_*`` variable of this process;
+* the directory of opentelemetry's ``sitecustomize`` as ``PYTHONPATH`` when this process runs under
+  ``opentelemetry-instrument`` (that entry is all the auto-instrumentation needs, besides ``OTEL_*``);
+* ``OTEL_SERVICE_NAME`` derived from the command (:func:`service_name_for_command`), with
+  ``service.name`` removed from an inherited ``OTEL_RESOURCE_ATTRIBUTES``;
+* ``TRACEPARENT`` / ``TRACESTATE`` / ``BAGGAGE`` for the spawn span (the OpenTelemetry convention for
+  environment variables as context carriers: the propagator's keys, upper-cased).
+
+Variables the caller passes in ``env=`` always win: an explicit ``OTEL_SERVICE_NAME`` (or a
+``service.name`` in an explicit ``OTEL_RESOURCE_ATTRIBUTES``) stops the derivation, an explicit
+``PYTHONPATH`` is kept as given.
+
+The spawn itself is an INTERNAL span ``acp.spawn`` (a local operation: the child's ACP spans hang off
+the CLIENT spans of the requests sent to it, not off this span) from just before the process is
+created until it runs, with ``process.executable.name``, ``process.pid`` and, only when content
+capture is on, ``process.command_args``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import sys
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
+from urllib.parse import unquote
+
+import wrapt
+from opentelemetry import trace
+from opentelemetry.instrumentation.utils import is_instrumentation_enabled
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from . import propagation
+from . import semconv as sc
+from .patching import Patches
+from .settings import Settings
+
+_log = logging.getLogger("acp_otel")
+
+# Where the SDK's spawn function is looked up: its home module, the module that calls it by its
+# imported name (spawn_agent_process, spawn_client_process, spawn_stdio_connection) and the package.
+_SPAWN_OWNERS = ("acp.transports", "acp.stdio", "acp")
+_SPAWN_ATTR = "spawn_stdio_transport"
+
+ENV_SERVICE_NAME = "OTEL_SERVICE_NAME"
+ENV_RESOURCE_ATTRIBUTES = "OTEL_RESOURCE_ATTRIBUTES"
+ENV_PYTHONPATH = "PYTHONPATH"
+
+_PYTHON_RE = re.compile(r"^(python|pypy)[0-9.]*(w)?(\.exe)?$", re.IGNORECASE)
+_NODE_RE = re.compile(r"^(node|nodejs|bun|deno)(\.exe)?$", re.IGNORECASE)
+# Python options that take a separate argument (`python -X dev agent.py`).
+_PYTHON_OPTS_WITH_ARG = frozenset({"-X", "-W", "-Q"})
+_EXECUTABLE_SUFFIXES = (".exe", ".cmd", ".bat", ".py", ".js", ".mjs", ".cjs", ".ts", ".sh")
+
+
+class _State:
+    __slots__ = ("settings", "tracer")
+
+    def __init__(self, tracer: trace.Tracer, settings: Settings) -> None:
+        self.tracer = tracer
+        self.settings = settings
+
+
+_state: _State | None = None
+_patches = Patches()
+
+
+def install(tracer: trace.Tracer, settings: Settings) -> None:
+    """Trace spawns and propagate the environment, now or as soon as ``acp`` is imported."""
+    global _state
+    _state = _State(tracer, settings)
+    # acp/__init__ imports acp.transports and acp.stdio (0.8 - 1.0rc3): one hook sees all three owners.
+    wrapt.register_post_import_hook(_patch_acp, "acp")
+
+
+def uninstall() -> None:
+    """Stop tracing spawns and put the SDK's functions back."""
+    global _state
+    _state = None
+    _patches.restore_all()
+
+
+def _is_our_wrapper(obj: Any) -> bool:
+    return isinstance(obj, wrapt.FunctionWrapper) and getattr(obj, "_self_wrapper", None) is _spawn_wrapper
+
+
+def _patch_acp(_module: Any) -> None:
+    if _state is None:  # a hook registered by an earlier instrument() that has since been undone
+        return
+    for name in _SPAWN_OWNERS:
+        owner = sys.modules.get(name)
+        if owner is None or _patches.is_wrapped(owner, _SPAWN_ATTR):
+            continue
+        try:
+            current = owner.__dict__.get(_SPAWN_ATTR)
+            if current is None:
+                continue
+            if _is_our_wrapper(current):
+                # Imported by name from a module we had already patched: wrap the original instead, so
+                # that nothing is traced twice and uninstrument restores the original function.
+                setattr(owner, _SPAWN_ATTR, current.__wrapped__)
+            _patches.wrap(owner, _SPAWN_ATTR, _spawn_wrapper)
+        except Exception:
+            _log.debug("acp_otel: could not patch %s.%s", name, _SPAWN_ATTR, exc_info=True)
+
+
+# ------------------------------------------------------------------ pure helpers
+
+
+def service_name_for_command(command: str, args: Sequence[str] = ()) -> str:
+    """The ``service.name`` of a spawned process, derived from its command line.
+
+    ``python agent.py`` -> ``agent``; ``python -m my_pkg.agent`` -> ``agent``; ``node dist/agent.js`` ->
+    ``agent``; a plain binary -> its basename without directory or a ``.exe``-like suffix
+    (``/usr/local/bin/gemini`` -> ``gemini``). A Python or Node interpreter without a script falls
+    back to the interpreter's name.
+    """
+    base = _basename(command)
+    name = _strip_suffix(base)
+    if _PYTHON_RE.match(base):
+        script = _python_target(args)
+        if script:
+            return script
+    elif _NODE_RE.match(base):
+        for arg in args:
+            if not arg.startswith("-"):
+                return _strip_suffix(_basename(arg)) or name
+    return name or base or "acp-agent"
+
+
+def _basename(path: str) -> str:
+    return re.split(r"[\\/]", path.rstrip("/\\"))[-1] if path else ""
+
+
+def _strip_suffix(name: str) -> str:
+    lower = name.lower()
+    for suffix in _EXECUTABLE_SUFFIXES:
+        if lower.endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def _python_target(args: Sequence[str]) -> str | None:
+    skip = False
+    for index, arg in enumerate(args):
+        if skip:
+            skip = False
+            continue
+        if arg == "-m":
+            module = args[index + 1] if index + 1 < len(args) else ""
+            return module.rsplit(".", 1)[-1] or None
+        if arg.startswith("-m") and len(arg) > 2:
+            return arg[2:].rsplit(".", 1)[-1] or None
+        if arg == "-c" or (arg.startswith("-c") and len(arg) > 2):
+            return None
+        if arg in _PYTHON_OPTS_WITH_ARG:
+            skip = True
+            continue
+        if arg == "-":
+            return None
+        if arg.startswith("-"):
+            continue
+        return _strip_suffix(_basename(arg)) or None
+    return None
+
+
+def _split_resource_attributes(value: str) -> list[tuple[str, str]]:
+    pairs = []
+    for item in value.split(","):
+        key, sep, val = item.partition("=")
+        if sep and key.strip():
+            pairs.append((key.strip(), val.strip()))
+    return pairs
+
+
+def _has_service_name(resource_attributes: str | None) -> bool:
+    if not resource_attributes:
+        return False
+    return any(unquote(k) == "service.name" for k, _ in _split_resource_attributes(resource_attributes))
+
+
+def _without_service_name(resource_attributes: str) -> str:
+    pairs = _split_resource_attributes(resource_attributes)
+    return ",".join(f"{k}={v}" for k, v in pairs if unquote(k) != "service.name")
+
+
+def auto_instrumentation_dir() -> str | None:
+    """The directory of opentelemetry's ``sitecustomize`` (what ``opentelemetry-instrument`` puts on ``PYTHONPATH``)."""
+    try:
+        from opentelemetry.instrumentation import auto_instrumentation
+    except Exception:
+        return None
+    path = getattr(auto_instrumentation, "__file__", None)
+    return os.path.dirname(os.path.abspath(path)) if path else None
+
+
+def _on_python_path(directory: str, python_path: str | None) -> bool:
+    if not python_path:
+        return False
+    target = os.path.normcase(os.path.realpath(directory))
+    return any(entry and os.path.normcase(os.path.realpath(entry)) == target for entry in python_path.split(os.pathsep))
+
+
+def env_carrier(carrier: Mapping[str, str]) -> dict[str, str]:
+    """Propagator headers as environment variables: ``traceparent`` -> ``TRACEPARENT`` (non-alphanumerics -> ``_``)."""
+    return {re.sub(r"[^A-Za-z0-9]", "_", key).upper(): value for key, value in carrier.items()}
+
+
+def child_environment(
+    command: str,
+    args: Sequence[str],
+    caller_env: Mapping[str, str] | None,
+    parent_environ: Mapping[str, str],
+    trace_env: Mapping[str, str] | None = None,
+    sitecustomize_dir: str | None = None,
+) -> dict[str, str]:
+    """The ``env=`` to hand the SDK's spawn: OpenTelemetry variables for the child, then the caller's.
+
+    ``parent_environ`` is this process's environment, ``trace_env`` the ``TRACEPARENT``-style variables
+    of the spawn span and ``sitecustomize_dir`` opentelemetry's auto-instrumentation directory (added as
+    ``PYTHONPATH`` only when it is on ``parent_environ["PYTHONPATH"]``). The caller's variables win.
+    """
+    caller = dict(caller_env or {})
+    env: dict[str, str] = {k: v for k, v in parent_environ.items() if k.startswith("OTEL_")}
+    if sitecustomize_dir and _on_python_path(sitecustomize_dir, parent_environ.get(ENV_PYTHONPATH)):
+        env[ENV_PYTHONPATH] = sitecustomize_dir
+    caller_names_service = ENV_SERVICE_NAME in caller or _has_service_name(caller.get(ENV_RESOURCE_ATTRIBUTES))
+    if caller_names_service:
+        # The caller named the service; an inherited OTEL_SERVICE_NAME would override their resource attribute.
+        env.pop(ENV_SERVICE_NAME, None)
+    else:
+        env[ENV_SERVICE_NAME] = service_name_for_command(command, args)
+    if ENV_RESOURCE_ATTRIBUTES in env:
+        remaining = _without_service_name(env[ENV_RESOURCE_ATTRIBUTES])
+        if remaining:
+            env[ENV_RESOURCE_ATTRIBUTES] = remaining
+        else:
+            del env[ENV_RESOURCE_ATTRIBUTES]
+    env.update(trace_env or {})
+    env.update(caller)
+    return env
+
+
+# ------------------------------------------------------------------ the wrapper
+
+
+def _bind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, tuple[str, ...], Any]:
+    command = args[0] if args else kwargs.get("command", "")
+    return str(command), tuple(str(a) for a in args[1:]), kwargs.get("env")
+
+
+def _spawn_wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    state = _state
+    if state is None or not args:
+        return wrapped(*args, **kwargs)
+    return _traced_spawn(state, wrapped, args, kwargs)
+
+
+@contextlib.asynccontextmanager
+async def _traced_spawn(
+    state: _State, wrapped: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> AsyncIterator[Any]:
+    span = None
+    try:
+        command, cmd_args, caller_env = _bind(args, kwargs)
+        if is_instrumentation_enabled():
+            attributes: dict[str, Any] = {sc.PROCESS_EXECUTABLE_NAME: _basename(command)}
+            if state.settings.capture_content:
+                attributes[sc.PROCESS_COMMAND_ARGS] = [command, *cmd_args]
+            span = state.tracer.start_span(sc.SPAWN_SPAN_NAME, kind=SpanKind.INTERNAL, attributes=attributes)
+        if state.settings.propagate_env:
+            ctx = trace.set_span_in_context(span) if span is not None else None
+            trace_env = env_carrier(propagation.carrier_for(ctx)) if span is not None else {}
+            kwargs = {
+                **kwargs,
+                "env": child_environment(
+                    command, cmd_args, caller_env, os.environ, trace_env, auto_instrumentation_dir()
+                ),
+            }
+    except Exception:
+        _log.debug("acp_otel: could not prepare the spawn span or environment", exc_info=True)
+
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            streams = await stack.enter_async_context(wrapped(*args, **kwargs))
+        except BaseException as exc:
+            if span is not None:
+                span.set_attribute(sc.ERROR_TYPE, type(exc).__qualname__)
+                span.set_status(Status(StatusCode.ERROR, str(exc)))
+                span.end()
+            raise
+        if span is not None:
+            try:
+                process = streams[2] if isinstance(streams, tuple) and len(streams) > 2 else None
+                pid = getattr(process, "pid", None)
+                if isinstance(pid, int):
+                    span.set_attribute(sc.PROCESS_PID, pid)
+            finally:
+                span.end()
+        yield streams

@@ -1,0 +1,241 @@
+"""Unit tests for acp_otel.spawn (environment and naming rules, patching) and acp_otel.shutdown (flush, SIGTERM)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+
+from acp_otel import AcpInstrumentor, shutdown, spawn
+from acp_otel.spawn import child_environment, env_carrier, service_name_for_command
+
+SITE = "/venv/lib/python3.11/site-packages/opentelemetry/instrumentation/auto_instrumentation"
+
+
+@pytest.mark.parametrize(
+    ("command", "args", "expected"),
+    [
+        ("python", ["agent.py"], "agent"),
+        ("/usr/bin/python3.11", ["-u", "-X", "dev", "/srv/my_agent.py", "--flag"], "my_agent"),
+        ("python3", ["-m", "acme.agents.coder", "--port", "1"], "coder"),
+        ("python", ["-mhttp.server"], "server"),
+        ("python", ["-c", "print(1)"], "python"),
+        ("python", [], "python"),
+        ("pypy3", ["x.py"], "x"),
+        ("C:\\Python311\\python.exe", ["C:\\agents\\agent.py"], "agent"),
+        ("node", ["--enable-source-maps", "dist/agent.js"], "agent"),
+        ("/usr/local/bin/gemini", ["--experimental-acp"], "gemini"),
+        ("claude-code-acp.exe", [], "claude-code-acp"),
+        ("./run.sh", [], "run"),
+    ],
+)
+def test_service_name_for_command(command: str, args: list[str], expected: str) -> None:
+    assert service_name_for_command(command, args) == expected
+
+
+def test_child_environment_rules() -> None:
+    parent = {
+        "OTEL_TRACES_EXPORTER": "otlp",
+        "OTEL_SERVICE_NAME": "editor",
+        "OTEL_RESOURCE_ATTRIBUTES": "service.name=editor,team=x",
+        "PYTHONPATH": os.pathsep.join([SITE, "/app"]),
+        "HOME": "/home/u",
+    }
+    trace_env = {"TRACEPARENT": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"}
+    env = child_environment("python", ["agent.py"], None, parent, trace_env, SITE)
+    assert env == {
+        "OTEL_TRACES_EXPORTER": "otlp",
+        "OTEL_SERVICE_NAME": "agent",
+        "OTEL_RESOURCE_ATTRIBUTES": "team=x",
+        "PYTHONPATH": SITE,
+        **trace_env,
+    }
+    # Not under opentelemetry-instrument: no PYTHONPATH; an all-service.name attribute list disappears.
+    env = child_environment("gemini", [], None, {"OTEL_RESOURCE_ATTRIBUTES": "service.name=e"}, {}, SITE)
+    assert env == {"OTEL_SERVICE_NAME": "gemini"}
+    # The caller's env= wins, including a service.name given only as a resource attribute.
+    caller = {"OTEL_RESOURCE_ATTRIBUTES": "service.name=mine", "PYTHONPATH": "/mine", "TRACEPARENT": "t"}
+    env = child_environment("python", ["agent.py"], caller, parent, trace_env, SITE)
+    assert "OTEL_SERVICE_NAME" not in env
+    assert env["OTEL_RESOURCE_ATTRIBUTES"] == "service.name=mine"
+    assert env["PYTHONPATH"] == "/mine" and env["TRACEPARENT"] == "t"
+    env = child_environment("python", ["agent.py"], {"OTEL_SERVICE_NAME": "named"}, parent, {}, SITE)
+    assert env["OTEL_SERVICE_NAME"] == "named"
+
+
+def test_env_carrier_names() -> None:
+    assert env_carrier({"traceparent": "a", "tracestate": "b", "baggage": "c", "x-b3-traceid": "d"}) == {
+        "TRACEPARENT": "a",
+        "TRACESTATE": "b",
+        "BAGGAGE": "c",
+        "X_B3_TRACEID": "d",
+    }
+
+
+def _spawn_attrs() -> dict[str, Any]:
+    import acp
+    import acp.stdio
+    import acp.transports
+
+    return {
+        name: mod.__dict__["spawn_stdio_transport"]
+        for name, mod in (("t", acp.transports), ("s", acp.stdio), ("a", acp))
+    }
+
+
+def test_uninstrument_restores_spawn_and_receive_loop(provider: TracerProvider) -> None:
+    import acp.connection
+
+    before = _spawn_attrs()
+    loop_before = acp.connection.Connection.__dict__["_receive_loop"]
+    instrumentor = AcpInstrumentor()
+    for _ in range(2):  # twice: no stacking, exact restore each time
+        instrumentor.instrument(tracer_provider=provider)
+        during = _spawn_attrs()
+        assert all(during[k] is not before[k] for k in before)
+        assert all(during[k].__wrapped__ is before[k] for k in before)  # wrapped once, never a wrapper of a wrapper
+        assert acp.connection.Connection.__dict__["_receive_loop"] is not loop_before
+        instrumentor.uninstrument()
+        assert _spawn_attrs() == before
+        assert acp.connection.Connection.__dict__["_receive_loop"] is loop_before
+
+
+async def test_spawn_failure_is_an_error_span(instrument: Any, exporter: Any) -> None:
+    from acp.transports import spawn_stdio_transport
+
+    with pytest.raises(FileNotFoundError):
+        async with spawn_stdio_transport("/nonexistent/acp-agent"):
+            pass
+    (span,) = [s for s in exporter.get_finished_spans() if s.name == "acp.spawn"]
+    assert span.status.status_code.name == "ERROR"
+    assert span.attributes["error.type"] == "FileNotFoundError"
+    assert span.attributes["process.executable.name"] == "acp-agent"
+    assert "process.pid" not in span.attributes
+
+
+async def test_command_args_only_with_content_capture(instrument: Any, exporter: Any) -> None:
+    from acp.transports import spawn_stdio_transport
+
+    instrument(capture_content=True)
+    async with spawn_stdio_transport(sys.executable, "-c", "pass", env={"X": "1"}) as (_r, _w, process):
+        await process.wait()
+    (span,) = [s for s in exporter.get_finished_spans() if s.name == "acp.spawn"]
+    assert list(span.attributes["process.command_args"]) == [sys.executable, "-c", "pass"]
+
+
+# ------------------------------------------------------------------ shutdown
+
+
+class _CountingProvider(TracerProvider):
+    def __init__(self) -> None:
+        super().__init__()
+        self.flushes = 0
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        self.flushes += 1
+        return super().force_flush(timeout_millis)
+
+
+async def test_end_of_input_flushes_and_sigterm_handler_is_installed_and_restored(pair: Any) -> None:
+    provider = _CountingProvider()
+    instrumentor = AcpInstrumentor()
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    instrumentor.instrument(tracer_provider=provider)
+    try:
+        p = await pair()
+        await asyncio.sleep(0.05)
+        assert signal.getsignal(signal.SIGTERM) is shutdown._on_sigterm
+        for writer in p._writers:  # the peer goes away: both receive loops reach end of input
+            writer.close()
+        for _ in range(100):
+            if provider.flushes >= 1:
+                break
+            await asyncio.sleep(0.02)
+        assert provider.flushes >= 1
+    finally:
+        instrumentor.uninstrument()
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+async def test_application_sigterm_handler_is_left_alone(provider: TracerProvider, pair: Any) -> None:
+    def mine(signum: int, frame: Any) -> None:
+        pass
+
+    previous = signal.signal(signal.SIGTERM, mine)
+    instrumentor = AcpInstrumentor()
+    instrumentor.instrument(tracer_provider=provider)
+    try:
+        await pair()
+        await asyncio.sleep(0.05)
+        assert signal.getsignal(signal.SIGTERM) is mine
+    finally:
+        instrumentor.uninstrument()
+        assert signal.getsignal(signal.SIGTERM) is mine
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_flush_is_bounded() -> None:
+    class Stuck:
+        def force_flush(self, timeout_millis: int) -> bool:
+            import time
+
+            time.sleep(5)
+            return True
+
+    shutdown.install(Stuck())
+    try:
+        import time
+
+        started = time.monotonic()
+        assert shutdown.flush(0.2) is False
+        assert time.monotonic() - started < 1
+    finally:
+        shutdown.uninstall()
+
+
+@pytest.mark.skipif(os.name != "posix", reason="SIGTERM semantics are POSIX")
+def test_sigterm_exit_status_is_unchanged(tmp_path: Any) -> None:
+    """A process killed by SIGTERM while our handler is installed still dies of SIGTERM (-15), after a flush."""
+    script = tmp_path / "victim.py"
+    marker = tmp_path / "flushed"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import os, signal, sys, time
+            from opentelemetry.sdk.trace import TracerProvider
+            from acp_otel import shutdown
+
+            class P(TracerProvider):
+                def force_flush(self, timeout_millis=30000):
+                    open({str(marker)!r}, "w").write(str(timeout_millis))
+                    return True
+
+            shutdown.install(P())
+            shutdown._install_sigterm_handler()
+            assert signal.getsignal(signal.SIGTERM) is shutdown._on_sigterm
+            print("ready", flush=True)
+            time.sleep(30)
+            """
+        ),
+        encoding="utf-8",
+    )
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        proc.terminate()
+        assert proc.wait(timeout=10) == -signal.SIGTERM
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert marker.read_text() == str(int(shutdown.FLUSH_TIMEOUT_S * 1000))
+
+
+def test_spawn_module_state_cleared() -> None:
+    assert spawn._state is None and shutdown._state is None
