@@ -11,6 +11,7 @@ application carries on as if it were not instrumented.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import weakref
@@ -27,13 +28,38 @@ from . import propagation
 from . import semconv as sc
 from .settings import Settings
 
+try:  # the keys is_instrumentation_enabled() reads, to check them in a context we already hold
+    from opentelemetry.instrumentation.utils import (
+        _SUPPRESS_INSTRUMENTATION_KEY,
+        _SUPPRESS_INSTRUMENTATION_KEY_PLAIN,
+    )
+except ImportError:  # pragma: no cover - other opentelemetry-instrumentation versions
+
+    def _instrumentation_enabled(ctx: Context) -> bool:
+        return is_instrumentation_enabled()
+
+else:
+
+    def _instrumentation_enabled(ctx: Context) -> bool:
+        return not (ctx.get(_SUPPRESS_INSTRUMENTATION_KEY) or ctx.get(_SUPPRESS_INSTRUMENTATION_KEY_PLAIN))
+
+
 _log = logging.getLogger("acp_otel")
 
 # The incoming call whose handler runs in this context, so that an exception raised by the handler
 # (which the SDK turns into a -32603 response) can be named on the right span.
 _CALL_KEY = otel_context.create_key("acp_otel.incoming_call")
 
+# The key trace.set_span_in_context() stores the span under (found through the public API), so that a
+# context holding our span and other values is built as one Context instead of a chain of copies.
+_SPAN_KEY = next(iter(trace.set_span_in_context(trace.INVALID_SPAN, Context())))
+
 _SESSION_RESULT_METHODS = ("session/new", "session/load", "session/fork", "session/resume")
+
+# Bounded like MethodMatcher's cache: a hostile peer can invent endless method names.
+_METHOD_CACHE_SIZE = 1024
+
+_engine_ids = itertools.count()
 
 
 class PeerState:
@@ -75,6 +101,20 @@ class Call:
         self.failure: str | None = None
 
 
+class _MethodInfo:
+    """What depends on a method name alone, worked out once per name."""
+
+    __slots__ = ("attributes", "inject", "is_update", "span_name", "traced")
+
+    def __init__(self, span_name: str, attributes: dict[str, Any], traced: bool, inject: bool, is_update: bool) -> None:
+        self.span_name = span_name
+        # The start attributes that depend on the name alone (copied per span, never handed out).
+        self.attributes = attributes
+        self.traced = traced  # not excluded by settings
+        self.inject = inject  # context may be injected into outgoing messages of this method
+        self.is_update = is_update
+
+
 def _truncate(value: Any, limit: int) -> str:
     try:
         text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
@@ -93,6 +133,21 @@ def _session_id_of(params: Any) -> str | None:
     return None
 
 
+def _add_update_attributes(attributes: dict[str, Any], params: Any) -> None:
+    """Add a session/update's kind and tool call id/status (no content) to ``attributes``."""
+    update = params.get("update") if type(params) is dict else None
+    if type(update) is dict:
+        kind = update.get("sessionUpdate")
+        if type(kind) is str:
+            attributes[sc.ACP_SESSION_UPDATE] = kind
+        tool_call_id = update.get("toolCallId")
+        if type(tool_call_id) is str:
+            attributes[sc.ACP_TOOL_CALL_ID] = tool_call_id
+            status = update.get("status")
+            if type(status) is str:
+                attributes[sc.ACP_TOOL_CALL_STATUS] = status
+
+
 def _meta_keys(obj: Any) -> list[str]:
     if type(obj) is dict:
         meta = obj.get("_meta")
@@ -108,13 +163,14 @@ class Engine:
         self._tracer = tracer
         self.settings = settings
         self._peers: weakref.WeakKeyDictionary[Any, PeerState] = weakref.WeakKeyDictionary()
+        # A peer's state is also cached in its own __dict__ under a name unique to this engine, so the
+        # per-message lookup needs no weakref (the WeakKeyDictionary keeps the states for counting).
+        self._peer_attr = f"_acp_otel_peer_{next(_engine_ids)}"
         self._strip_keys = propagation.propagator_fields()
         self._events_mode = settings.notification_spans == "events"
         self._no_notification_spans = settings.notification_spans == "none"
-        # Per method name: the start attributes that depend on the name alone, and whether to inject.
-        # Bounded like MethodMatcher's cache: a hostile peer can invent endless method names.
-        self._method_attributes: dict[str, dict[str, Any]] = {}
-        self._inject_by_method: dict[str, bool] = {}
+        # Per method name: span name, name-only start attributes, exclusion, injection.
+        self._methods: dict[str, _MethodInfo] = {}
 
     # ----------------------------------------------------------------- peers
 
@@ -123,12 +179,22 @@ class Engine:
         if peer is None:
             return None
         try:
+            cache = peer.__dict__
+        except AttributeError:
+            cache = None
+        if type(cache) is dict:
+            state = cache.get(self._peer_attr)
+            if state is not None:
+                return state
+        try:
             state = self._peers.get(peer)
             if state is None:
                 state = self._peers[peer] = PeerState()
-            return state
         except TypeError:  # not weak-referenceable: trace without per-connection facts
             return None
+        if type(cache) is dict:
+            cache[self._peer_attr] = state
+        return state
 
     def open_prompt_count(self) -> int:
         """How many prompt spans are registered for session/update events (for leak checks)."""
@@ -146,31 +212,33 @@ class Engine:
         span = None
         call = None
         try:
-            if type(method) is not str or not is_instrumentation_enabled():
+            if type(method) is not str:
                 return None, params
-            settings = self.settings
+            current = otel_context.get_current()
+            if not _instrumentation_enabled(current):
+                return None, params
+            info = self._methods.get(method) or self._method_info(method)
             peer_state = self.peer_state(peer)
-            traced = not settings.excluded_methods(method)
+            traced = info.traced
             as_event = False
             if traced and not is_request and not self._notification_spanned(method, peer_state, params):
                 traced = False
                 as_event = self._events_mode
-            span = None
-            call = None
             if as_event:
                 self._record_update_event(peer_state, params)
             elif traced:
                 kind = SpanKind.CLIENT if is_request else SpanKind.PRODUCER
-                attributes = self._start_attributes(method, params, request_id, peer_state)
-                span = self._tracer.start_span(sc.span_name(method), kind=kind, attributes=attributes)
+                attributes = self._start_attributes(info, method, params, request_id, peer_state)
+                span = self._tracer.start_span(info.span_name, context=current, kind=kind, attributes=attributes)
                 call = Call(span, method, peer_state, is_request)
                 call.session_id = attributes.get(sc.ACP_SESSION_ID)
                 if span.is_recording():
                     self._on_params(call, params)
-            if not self._may_inject(method):
+            if not info.inject:
                 return call, params
-            inject_ctx = trace.set_span_in_context(span) if span is not None else None
-            return call, propagation.inject_into_params(params, propagation.carrier_for(inject_ctx))
+            if span is not None:
+                current = Context({**current, _SPAN_KEY: span})
+            return call, propagation.inject_into_params(params, propagation.carrier_for(current))
         except Exception:
             _log.debug("acp_otel: failed to start outgoing span for %r", method, exc_info=True)
             try:  # started but not handed out: end it here, or it would stay open
@@ -191,15 +259,15 @@ class Engine:
         wrong) and the message to hand to the handler.
         """
         try:
-            stripped = propagation.strip_message(message, self._strip_keys)
-            carrier = propagation.extract_carrier(message, self._strip_keys)
+            stripped, carrier = propagation.strip_and_extract(message, self._strip_keys)
             parent = propagation.context_from_carrier(carrier)
             method = message.get("method")
             if type(method) is not str:
                 method = str(method)
             params = stripped.get("params")
             peer_state = self.peer_state(peer)
-            traced = is_instrumentation_enabled() and not self.settings.excluded_methods(method)
+            info = self._methods.get(method) or self._method_info(method)
+            traced = info.traced and _instrumentation_enabled(otel_context.get_current())
             if traced and not is_request and not self._notification_spanned(method, peer_state, params):
                 if self._events_mode:
                     self._record_update_event(peer_state, params)
@@ -210,14 +278,14 @@ class Engine:
                 return call, stripped
             kind = SpanKind.SERVER if is_request else SpanKind.CONSUMER
             request_id = message.get("id") if is_request else None
-            attributes = self._start_attributes(method, params, request_id, peer_state)
-            span = self._tracer.start_span(sc.span_name(method), context=parent, kind=kind, attributes=attributes)
+            attributes = self._start_attributes(info, method, params, request_id, peer_state)
+            span = self._tracer.start_span(info.span_name, context=parent, kind=kind, attributes=attributes)
             call = Call(span, method, peer_state, is_request)
             call.session_id = attributes.get(sc.ACP_SESSION_ID)
             if span.is_recording():
                 self._on_params(call, params)
             # Baggage and the remote parent stay current for the handler, under our span.
-            call.context = otel_context.set_value(_CALL_KEY, call, trace.set_span_in_context(span, parent))
+            call.context = Context({**parent, _SPAN_KEY: span, _CALL_KEY: call})
             return call, stripped
         except Exception:
             _log.debug("acp_otel: failed to start incoming span", exc_info=True)
@@ -340,15 +408,28 @@ class Engine:
         call.span = None  # ending twice is a no-op
         span.end()
 
-    def _may_inject(self, method: str) -> bool:
-        may = self._inject_by_method.get(method)
-        if may is None:
+    def _method_info(self, method: str) -> _MethodInfo:
+        info = self._methods.get(method)
+        if info is None:
             settings = self.settings
-            may = settings.inject and not sc.is_protocol_method(method)
-            may = may and not settings.inject_excluded_methods(method)
-            if len(self._inject_by_method) < 1024:
-                self._inject_by_method[method] = may
-        return may
+            attributes: dict[str, Any] = {sc.RPC_SYSTEM_NAME: sc.RPC_SYSTEM_VALUE, sc.ACP_METHOD_NAME: method}
+            if sc.is_extension(method):
+                attributes[sc.ACP_EXTENSION] = True
+                namespace = sc.extension_namespace(method)
+                if namespace is not None:
+                    attributes[sc.ACP_EXTENSION_NAMESPACE] = namespace
+            inject = settings.inject and not sc.is_protocol_method(method)
+            inject = inject and not settings.inject_excluded_methods(method)
+            info = _MethodInfo(
+                sc.span_name(method),
+                attributes,
+                traced=not settings.excluded_methods(method),
+                inject=bool(inject),
+                is_update=method == sc.SESSION_UPDATE,
+            )
+            if len(self._methods) < _METHOD_CACHE_SIZE:
+                self._methods[method] = info
+        return info
 
     def _notification_spanned(self, method: str, peer: PeerState | None, params: Any) -> bool:
         """Whether a notification gets its own span under ``notification_spans``."""
@@ -375,43 +456,26 @@ class Engine:
 
     def _update_attributes(self, params: Any, with_content: bool) -> dict[str, Any]:
         attributes: dict[str, Any] = {}
-        update = params.get("update") if type(params) is dict else None
-        if type(update) is dict:
-            kind = _str_or_none(update.get("sessionUpdate"))
-            if kind is not None:
-                attributes[sc.ACP_SESSION_UPDATE] = kind
-            tool_call_id = _str_or_none(update.get("toolCallId"))
-            if tool_call_id is not None:
-                attributes[sc.ACP_TOOL_CALL_ID] = tool_call_id
-            status = _str_or_none(update.get("status"))
-            if status is not None and tool_call_id is not None:
-                attributes[sc.ACP_TOOL_CALL_STATUS] = status
+        _add_update_attributes(attributes, params)
         if with_content and self.settings.capture_content:
             attributes[sc.ACP_PARAMS] = _truncate(params, self.settings.capture_content_max_length)
         return attributes
 
-    def _start_attributes(self, method: str, params: Any, request_id: Any, peer: PeerState | None) -> dict[str, Any]:
-        static = self._method_attributes.get(method)
-        if static is None:
-            static = {sc.RPC_SYSTEM_NAME: sc.RPC_SYSTEM_VALUE, sc.ACP_METHOD_NAME: method}
-            if sc.is_extension(method):
-                static[sc.ACP_EXTENSION] = True
-                namespace = sc.extension_namespace(method)
-                if namespace is not None:
-                    static[sc.ACP_EXTENSION_NAMESPACE] = namespace
-            if len(self._method_attributes) < 1024:
-                self._method_attributes[method] = static
-        attributes = dict(static)
+    def _start_attributes(
+        self, info: _MethodInfo, method: str, params: Any, request_id: Any, peer: PeerState | None
+    ) -> dict[str, Any]:
+        attributes = info.attributes.copy()
         if request_id is not None:
             attributes[sc.JSONRPC_REQUEST_ID] = str(request_id)
-        session_id = _session_id_of(params)
-        if session_id is not None:
-            attributes[sc.ACP_SESSION_ID] = session_id
-            attributes[sc.GEN_AI_CONVERSATION_ID] = session_id
+        if type(params) is dict:
+            session_id = params.get("sessionId")
+            if type(session_id) is str:
+                attributes[sc.ACP_SESSION_ID] = session_id
+                attributes[sc.GEN_AI_CONVERSATION_ID] = session_id
         if peer is not None and peer.attributes:
             attributes.update(peer.attributes)
-        if method == sc.SESSION_UPDATE:
-            attributes.update(self._update_attributes(params, with_content=False))
+        if info.is_update:
+            _add_update_attributes(attributes, params)
         return attributes
 
     def _on_params(self, call: Call, params: Any) -> None:

@@ -168,6 +168,43 @@ def strip_message(message: Any, keys: Iterable[str] = RESERVED_META_KEYS) -> Any
     return new_message
 
 
+def strip_and_extract(message: Any, keys: Iterable[str] = RESERVED_META_KEYS) -> tuple[Any, dict[str, str] | None]:
+    """``(strip_message(message, keys), extract_carrier(message, keys))`` in one pass over ``_meta``."""
+    if type(message) is not dict:
+        return message, None
+    params = message.get("params")
+    if type(params) is not dict:
+        return message, None
+    meta = params.get(META)
+    if type(meta) is not dict:
+        return message, None
+    present = None
+    carrier = None
+    for key in keys:
+        if key in meta:
+            if present is None:
+                present = [key]
+            else:
+                present.append(key)
+            value = meta[key]
+            if type(value) is str:
+                if carrier is None:
+                    carrier = {key: value}
+                else:
+                    carrier[key] = value
+    if present is None:
+        return message, None
+    new_meta = {k: v for k, v in meta.items() if k not in present}
+    new_params = dict(params)
+    if new_meta:
+        new_params[META] = new_meta
+    else:
+        del new_params[META]
+    new_message = dict(message)
+    new_message["params"] = new_params
+    return new_message, carrier
+
+
 def propagator_fields() -> tuple[str, ...]:
     """The reserved keys plus any other keys the configured propagator reads (e.g. ``b3``)."""
     try:

@@ -79,6 +79,8 @@ _RequestError: type[BaseException] = _NoRequestError
 
 
 def _method_and_params(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any]:
+    if len(args) == 2 and not kwargs:  # the SDK's own calls
+        return args[0], args[1]
     method = args[0] if args else kwargs.get("method")
     params = args[1] if len(args) > 1 else kwargs.get("params")
     return method, params
@@ -163,25 +165,33 @@ async def _run_incoming(
     return out
 
 
-async def _execute_request(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+async def _passthrough(wrapped: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    return await wrapped(*args, **kwargs)
+
+
+# The incoming wrappers are plain functions returning the coroutine to await (one coroutine layer less
+# per message); like the async hooks they wrap, calling them never raises, awaiting does.
+
+
+def _execute_request(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     engine = _engine
     if engine is None or not args:
-        return await wrapped(*args, **kwargs)
-    return await _run_incoming(engine, wrapped, instance, args, is_request=True, returns_payload=True)
+        return _passthrough(wrapped, args, kwargs)
+    return _run_incoming(engine, wrapped, instance, args, True, True)
 
 
-async def _run_request(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def _run_request(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     engine = _engine
     if engine is None or not args:
-        return await wrapped(*args, **kwargs)
-    return await _run_incoming(engine, wrapped, instance, args, is_request=True, returns_payload=False)
+        return _passthrough(wrapped, args, kwargs)
+    return _run_incoming(engine, wrapped, instance, args, True, False)
 
 
-async def _run_notification(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def _run_notification(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     engine = _engine
     if engine is None or not args:
-        return await wrapped(*args, **kwargs)
-    return await _run_incoming(engine, wrapped, instance, args, is_request=False, returns_payload=False)
+        return _passthrough(wrapped, args, kwargs)
+    return _run_incoming(engine, wrapped, instance, args, False, False)
 
 
 # ------------------------------------------------------------------ handler and SDK spans
