@@ -270,7 +270,8 @@ async def test_spawned_agent_environment(instrument: Any, exporter: Any, monkeyp
     assert spawn.attributes["process.pid"] == pid
     assert env["PYTHONPATH"] == sitecustomize  # only the auto-instrumentation entry
     assert env["OTEL_TRACES_EXPORTER"] == "none"
-    assert env["OTEL_SERVICE_NAME"] == "python"  # `python -c ...` has no script: the interpreter's name
+    # `python -c ...` has no script: the interpreter's own name (python, python3.11, ...)
+    assert env["OTEL_SERVICE_NAME"] == os.path.basename(sys.executable)
     assert env["OTEL_RESOURCE_ATTRIBUTES"] == "deployment.environment=test"
     assert "UNRELATED_SECRET" not in env
 

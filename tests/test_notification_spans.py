@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from acp import helpers
 from acp_app import SECRET, TraceAgent, TraceClient, initialize, prompt
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind
@@ -162,7 +161,10 @@ async def test_events_without_a_prompt_in_flight_keep_their_spans(instrument: An
     await initialize(p.client_conn)
     session = await p.client_conn.new_session(cwd="/tmp", mcp_servers=[])
     # An update outside any prompt turn has no span to carry it: it keeps its own spans.
-    await p.agent_conn.session_update(session_id=session.session_id, update=helpers.update_agent_message_text("hi"))
+    await p.agent_conn.session_update(
+        session_id=session.session_id,
+        update={"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "hi"}},
+    )
     for _ in range(100):
         if p.client.updates:
             break

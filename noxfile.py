@@ -1,0 +1,106 @@
+"""Compatibility matrix: acp-otel against agent-client-protocol releases and Python versions.
+
+    nox -s matrix      # core span-contract tests, every (Python, SDK) pair below
+    nox -s sdk_suite   # the SDK's own test suite, plain and traced, per SDK release
+    nox                # both (what scripts/matrix.sh runs)
+
+One pair: ``nox -s "matrix(python='3.12', sdk='1.0.0rc3')"``; list them with ``nox -l``.
+Positional arguments after ``--`` replace the test selection of ``matrix``.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+
+import nox
+
+nox.options.default_venv_backend = "venv"
+nox.options.sessions = ["matrix", "sdk_suite"]
+nox.options.error_on_missing_interpreters = True
+
+PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
+LATEST = "0.12.1"  # latest stable release: every Python
+NEXT = "1.0.0rc3"  # next major's release candidate: every Python
+OLDER = {"0.8.1": "3.10", "0.9.0": "3.11", "0.11.1": "3.13"}  # each older release once
+SDK_SUITE = ["0.8.1", "0.9.0", "0.11.1", LATEST, NEXT]
+SDK_SUITE_PYTHON = "3.12"
+
+# The core span-contract tests (test_core*.py, new files included) and the per-release hook checks.
+CORE_TESTS = ("tests/test_core*.py",)
+
+MATRIX = [
+    *(nox.param(py, sdk, id=f"python='{py}', sdk='{sdk}'") for sdk in (LATEST, NEXT) for py in PYTHONS),
+    *(nox.param(py, sdk, id=f"python='{py}', sdk='{sdk}'") for sdk, py in OLDER.items()),
+]
+
+
+def _use_pyenv_interpreters() -> None:
+    """Make ``python3.10`` ... ``python3.13`` resolvable when pyenv has them but only one is selected."""
+    if os.environ.get("PYENV_VERSION") or not shutil.which("pyenv"):
+        return
+    missing = [py for py in PYTHONS if not _runs(f"python{py}")]
+    if not missing:
+        return
+    try:
+        installed = subprocess.run(
+            ["pyenv", "versions", "--bare"], capture_output=True, text=True, check=True
+        ).stdout.split()
+    except (OSError, subprocess.CalledProcessError):
+        return
+    chosen = []
+    for py in PYTHONS:
+        candidates = sorted(
+            (v for v in installed if v.startswith(py + ".") and v.replace(".", "").isdigit()),
+            key=lambda v: tuple(int(x) for x in v.split(".")),
+        )
+        if candidates:
+            chosen.append(candidates[-1])
+    if chosen:
+        os.environ["PYENV_VERSION"] = ":".join(chosen)
+
+
+def _runs(exe: str) -> bool:
+    path = shutil.which(exe)
+    if path is None:
+        return False
+    return subprocess.run([path, "-c", ""], capture_output=True, check=False).returncode == 0
+
+
+_use_pyenv_interpreters()
+
+
+def _install(session: nox.Session, sdk: str, extras: str = "") -> None:
+    # An exact pin such as ==1.0.0rc3 selects a pre-release without --pre.
+    session.install(f".{extras}", f"agent-client-protocol=={sdk}")
+    session.run(
+        "python",
+        "-c",
+        "import importlib.metadata as m, sys; v = m.version('agent-client-protocol'); "
+        f"sys.exit(0 if v == {sdk!r} else f'installed agent-client-protocol {{v}}, wanted {sdk}')",
+        silent=True,
+    )
+
+
+@nox.session
+@nox.parametrize(("python", "sdk"), MATRIX)
+def matrix(session: nox.Session, sdk: str) -> None:
+    """Core span-contract tests against one SDK release on one Python."""
+    _install(session, sdk, "[test]")
+    tests = session.posargs or sorted({path for pattern in CORE_TESTS for path in glob.glob(pattern)})
+    if not tests:
+        session.error(f"no test files match {CORE_TESTS}")
+    # The pytest script (not python -m pytest) keeps the repo root off sys.path: the installed
+    # package is what gets tested.
+    session.run("pytest", "-q", "-p", "no:cacheprovider", *tests)
+
+
+@nox.session(python=SDK_SUITE_PYTHON)
+@nox.parametrize("sdk", SDK_SUITE)
+def sdk_suite(session: nox.Session, sdk: str) -> None:
+    """The SDK's own tests from its sdist, run plain and with tracing on (see scripts/sdk_suite.py)."""
+    _install(session, sdk)
+    report = os.path.join(".nox", "_sdk_suite", f"summary-{sdk}.json")
+    session.run("python", "scripts/sdk_suite.py", sdk, "--json", report)

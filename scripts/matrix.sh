@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Compatibility matrix on a fresh machine: installs nox into .venv (created with Python 3.11 if missing)
+# and runs the noxfile's default sessions: `matrix` (core span-contract tests over SDK releases x
+# Pythons) and `sdk_suite` (the SDK's own tests, plain and traced). Extra arguments go to nox, e.g.
+#   scripts/matrix.sh -s matrix
+#   scripts/matrix.sh -s "matrix(python='3.12', sdk='1.0.0rc3')"
+# Python 3.10-3.13 must be installed; with pyenv they need not be selected (the noxfile selects them).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON="${PYTHON:-python3.11}"
+if [ ! -x .venv/bin/python ]; then
+    "$PYTHON" -m venv .venv
+fi
+if ! .venv/bin/python -c "import nox" 2>/dev/null; then
+    .venv/bin/python -m pip install -q "nox>=2024.4.15"
+fi
+start=$SECONDS
+status=0
+.venv/bin/python -m nox "$@" || status=$?
+# One line per SDK-suite run (written by scripts/sdk_suite.py), then the wall time.
+for summary in .nox/_sdk_suite/summary-*.json; do
+    [ -e "$summary" ] || continue
+    .venv/bin/python - "$summary" <<'EOF'
+import json, sys
+s = json.load(open(sys.argv[1]))
+fmt = lambda c: f"{c['passed']} passed, {c['failed'] + c['error']} failed, {c['skipped']} skipped"
+print(f"sdk_suite {s['sdk']:>9} (Python {s['python']}): plain {fmt(s['plain'])} | traced {fmt(s['traced'])}"
+      f" | {s['spans'].get('spans', 0)} spans | failing only traced: {s['failed_only_traced'] or 'none'}")
+EOF
+done
+echo "matrix.sh: nox exit status $status, wall time $((SECONDS - start)) s"
+exit "$status"

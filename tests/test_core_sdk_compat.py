@@ -1,0 +1,179 @@
+"""Per-release behaviour of the SDK adapter: which hooks it picks, and what each release does on cancel.
+
+These run in every cell of the compatibility matrix (``nox -s matrix``), so each check is written to
+hold on every supported ``agent-client-protocol`` release, branching on what the installed SDK *has*
+(never on its version string), as the adapter itself does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+import wrapt
+from acp_app import initialize, prompt
+from opentelemetry.trace import SpanKind, StatusCode
+from spans import find, one, parent_of, span_id
+
+C, S, P, N = SpanKind.CLIENT, SpanKind.SERVER, SpanKind.PRODUCER, SpanKind.CONSUMER
+
+
+def _connection_class() -> Any:
+    from acp.connection import Connection
+
+    return Connection
+
+
+def _is_wrapped(owner: Any, attr: str) -> bool:
+    return isinstance(owner.__dict__.get(attr), wrapt.FunctionWrapper)
+
+
+def _has_execute_request() -> bool:
+    return "_execute_request" in _connection_class().__dict__
+
+
+def _sends_cancel_request() -> bool:
+    """1.0.0rc3 and later: a cancelled caller sends ``$/cancel_request`` and handlers run in their own task."""
+    return "_cancel_incoming" in _connection_class().__dict__
+
+
+async def _wait_for(predicate: Any, timeout: float = 5.0) -> None:
+    for _ in range(int(timeout / 0.02)):
+        if predicate():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("condition not met in time")
+
+
+def test_hooks_chosen_by_capability(instrument: Any) -> None:
+    conn = _connection_class()
+    for attr in ("__init__", "send_request", "send_notification", "_run_notification"):
+        assert _is_wrapped(conn, attr), attr
+    if _has_execute_request():  # 0.12.1+: the payload-returning hook; _run_request only sends
+        assert _is_wrapped(conn, "_execute_request")
+        assert not _is_wrapped(conn, "_run_request")
+    else:  # up to 0.12.0: _run_request runs the handler and sends the response
+        assert _is_wrapped(conn, "_run_request")
+    # synchronous before 0.12.1 / synchronous from then on: never wrapped, so never made async by us
+    assert not _is_wrapped(conn, "_process_message")
+    assert not _is_wrapped(conn, "_handle_response")
+    import acp.connection
+
+    if "span_context" in vars(acp.connection):
+        assert _is_wrapped(acp.connection, "span_context")
+
+
+def test_uninstrument_restores_every_hook(instrument: Any) -> None:
+    conn = _connection_class()
+    instrumentor = instrument()
+    instrumentor.uninstrument()
+    for attr in ("__init__", "send_request", "send_notification", "_run_request", "_execute_request"):
+        assert not _is_wrapped(conn, attr), attr
+    import acp.connection
+
+    assert not _is_wrapped(acp.connection, "span_context")
+
+
+async def test_connection_outlives_uninstrument(instrument: Any, exporter: Any, pair: Any) -> None:
+    """Before 0.12.1 a connection keeps the bound hooks it was built with: after uninstrument they pass through."""
+    p = await pair()
+    instrumentor = instrument()
+    instrumentor.uninstrument()
+    exporter.clear()
+    await initialize(p.client_conn)
+    session = await p.client_conn.new_session(cwd="/tmp", mcp_servers=[])
+    response = await prompt(p.client_conn, session.session_id, "hello")
+    assert response.stop_reason == "end_turn"
+    assert exporter.get_finished_spans() == ()
+
+
+async def test_rpc_error_and_handler_exception_on_every_release(instrument: Any, exporter: Any, pair: Any) -> None:
+    """Up to 0.12.0 ``_run_request`` re-raises after sending the error; 0.12.1+ returns an error payload."""
+    from acp.exceptions import RequestError
+
+    p = await pair()
+    await initialize(p.client_conn)
+    session = await p.client_conn.new_session(cwd="/tmp", mcp_servers=[])
+    for text, code, error_type in (("rpcerror", -32602, "-32602"), ("fail", -32603, "ValueError")):
+        exporter.clear()
+        with pytest.raises(RequestError) as info:
+            await prompt(p.client_conn, session.session_id, text)
+        assert info.value.code == code
+        await _wait_for(lambda: len(find(exporter.get_finished_spans(), "session/prompt")) == 2)
+        spans = exporter.get_finished_spans()
+        client, server = one(spans, "session/prompt", C), one(spans, "session/prompt", S)
+        for span in (client, server):
+            assert span.status.status_code == StatusCode.ERROR
+            assert span.attributes["rpc.response.status_code"] == str(code)
+        assert server.attributes["error.type"] == error_type
+        assert parent_of(server) == span_id(client)
+
+
+async def test_caller_cancel_on_this_release(instrument: Any, exporter: Any, pair: Any) -> None:
+    """rc3+: ``$/cancel_request`` (no ``_meta``), the handler span ends cancelled, the reply is -32800.
+
+    Earlier releases send nothing: the handler keeps running until ``session/cancel``.
+    """
+    p = await pair()
+    to_agent: list[dict[str, Any]] = []
+    to_client: list[dict[str, Any]] = []
+    p.agent_conn._conn.add_observer(lambda e: to_agent.append(e.message) if e.direction.value == "incoming" else None)
+    p.client_conn._conn.add_observer(lambda e: to_client.append(e.message) if e.direction.value == "incoming" else None)
+    await initialize(p.client_conn)
+    session = await p.client_conn.new_session(cwd="/tmp", mcp_servers=[])
+    task = asyncio.create_task(prompt(p.client_conn, session.session_id, "slow"))
+    await _wait_for(lambda: any(m.get("method") == "session/prompt" for m in to_agent))
+    request_id = next(m["id"] for m in to_agent if m.get("method") == "session/prompt")
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    client = one(exporter.get_finished_spans(), "session/prompt", C)
+    assert client.attributes["acp.cancelled"] is True
+    assert client.status.status_code == StatusCode.UNSET
+
+    if not _sends_cancel_request():
+        await asyncio.sleep(0.2)
+        assert not any(m.get("method") == "$/cancel_request" for m in to_agent)
+        assert not find(exporter.get_finished_spans(), "session/prompt", S)  # still running
+        await p.client_conn.cancel(session_id=session.session_id)
+        await _wait_for(lambda: bool(find(exporter.get_finished_spans(), "session/prompt", S)))
+        return
+
+    # the notification the SDK sends for us: traced as a PRODUCER span, its params left exactly as is
+    await _wait_for(lambda: bool(find(exporter.get_finished_spans(), "$/cancel_request", P)))
+    producer = one(exporter.get_finished_spans(), "$/cancel_request", P)
+    assert producer.attributes["acp.method.name"] == "$/cancel_request"
+    await _wait_for(lambda: any(m.get("method") == "$/cancel_request" for m in to_agent))
+    wire = next(m for m in to_agent if m.get("method") == "$/cancel_request")
+    assert wire["params"] == {"requestId": request_id}  # no _meta injected into a protocol method
+    # handled inside the SDK's dispatcher, never by a handler: no CONSUMER span
+    assert not find(exporter.get_finished_spans(), "$/cancel_request", N)
+
+    # agent side: the handler task was cancelled, its SERVER span ends cancelled, not as an error
+    await _wait_for(lambda: bool(find(exporter.get_finished_spans(), "session/prompt", S)))
+    server = one(exporter.get_finished_spans(), "session/prompt", S)
+    assert server.attributes["acp.cancelled"] is True
+    assert server.status.status_code == StatusCode.UNSET
+    assert parent_of(server) == span_id(client)
+    # and the caller's side got the -32800 reply (dropped by the SDK: nobody waits for it any more)
+    await _wait_for(lambda: any(m.get("id") == request_id and "error" in m for m in to_client))
+    reply = next(m for m in to_client if m.get("id") == request_id and "error" in m)
+    assert reply["error"]["code"] == -32800
+    # the connection is still usable afterwards, and still traced
+    exporter.clear()
+    await p.client_conn.new_session(cwd="/tmp", mcp_servers=[])
+    assert len(find(exporter.get_finished_spans(), "session/new")) == 2
+
+
+async def test_agent_side_connection_stream_check_untouched(instrument: Any) -> None:
+    """0.8/0.9 ``AgentSideConnection`` type-checks its streams itself; instrumenting must not change that."""
+    import inspect
+
+    from acp import AgentSideConnection
+
+    source = inspect.getsource(AgentSideConnection.__init__)
+    if "StreamWriter" not in source:
+        pytest.skip("this release accepts transports as well as streams")
+    with pytest.raises(TypeError):
+        AgentSideConnection(lambda conn: object(), object(), object())
