@@ -489,40 +489,35 @@ class Engine:
             span.set_attribute(sc.ACP_PARAMS, _truncate(params, self.settings.capture_content_max_length))
 
     def _initialize_params(self, call: Call, params: dict[str, Any]) -> None:
-        span = call.span
-        assert span is not None
-        version = params.get("protocolVersion")
-        if type(version) is int:
-            span.set_attribute(sc.ACP_PROTOCOL_VERSION, version)
-        info = params.get("clientInfo")
-        facts = {}
-        if type(info) is dict:
-            for attr, key in ((sc.ACP_CLIENT_NAME, "name"), (sc.ACP_CLIENT_VERSION, "version")):
-                value = _str_or_none(info.get(key))
-                if value is not None:
-                    facts[attr] = value
-        extensions = _meta_keys(params.get("clientCapabilities"))
-        if extensions:
-            span.set_attribute(sc.ACP_CLIENT_CAPABILITIES_EXTENSIONS, extensions)
-        self._remember(call, facts)
+        self._initialize_facts(call, params, "clientInfo", sc.ACP_CLIENT_NAME, sc.ACP_CLIENT_VERSION)
+        self._declared_extensions(call, params.get("clientCapabilities"), sc.ACP_CLIENT_CAPABILITIES_EXTENSIONS)
 
     def _initialize_result(self, call: Call, result: dict[str, Any]) -> None:
-        span = call.span
-        assert span is not None
-        version = result.get("protocolVersion")
+        self._initialize_facts(call, result, "agentInfo", sc.ACP_AGENT_NAME, sc.ACP_AGENT_VERSION)
+        self._declared_extensions(call, result.get("agentCapabilities"), sc.ACP_AGENT_CAPABILITIES_EXTENSIONS)
+
+    def _initialize_facts(
+        self, call: Call, obj: dict[str, Any], info_key: str, name_attr: str, version_attr: str
+    ) -> None:
+        """Protocol version on the span; the side's name/version on the span and the connection's later spans."""
+        assert call.span is not None
+        version = obj.get("protocolVersion")
         if type(version) is int:
-            span.set_attribute(sc.ACP_PROTOCOL_VERSION, version)
-        info = result.get("agentInfo")
+            call.span.set_attribute(sc.ACP_PROTOCOL_VERSION, version)
+        info = obj.get(info_key)
         facts = {}
         if type(info) is dict:
-            for attr, key in ((sc.ACP_AGENT_NAME, "name"), (sc.ACP_AGENT_VERSION, "version")):
+            for attr, key in ((name_attr, "name"), (version_attr, "version")):
                 value = _str_or_none(info.get(key))
                 if value is not None:
                     facts[attr] = value
-        extensions = _meta_keys(result.get("agentCapabilities"))
-        if extensions:
-            span.set_attribute(sc.ACP_AGENT_CAPABILITIES_EXTENSIONS, extensions)
         self._remember(call, facts)
+
+    def _declared_extensions(self, call: Call, capabilities: Any, attr: str) -> None:
+        assert call.span is not None
+        extensions = _meta_keys(capabilities)
+        if extensions:
+            call.span.set_attribute(attr, extensions)
 
     def _remember(self, call: Call, facts: Mapping[str, Any]) -> None:
         if not facts:

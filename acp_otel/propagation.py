@@ -63,22 +63,7 @@ def inject_into_params(params: Any, carrier: dict[str, str]) -> Any:
 
 def extract_carrier(message: Any, keys: Iterable[str] = RESERVED_META_KEYS) -> dict[str, str] | None:
     """The string-valued trace headers in ``message.params._meta``; ``None`` when there are none."""
-    if type(message) is not dict:
-        return None
-    params = message.get("params")
-    if type(params) is not dict:
-        return None
-    meta = params.get(META)
-    if type(meta) is not dict:
-        return None
-    carrier = None
-    for key in keys:
-        value = meta.get(key)
-        if type(value) is str:
-            if carrier is None:
-                carrier = {}
-            carrier[key] = value
-    return carrier
+    return strip_and_extract(message, keys)[1]
 
 
 class _PeerInputLogFilter(logging.Filter):
@@ -146,30 +131,15 @@ def strip_message(message: Any, keys: Iterable[str] = RESERVED_META_KEYS) -> Any
     (the SDK spreads ``_meta`` keys into handler keyword arguments). Messages with nothing to strip are
     returned as they are.
     """
-    if type(message) is not dict:
-        return message
-    params = message.get("params")
-    if type(params) is not dict:
-        return message
-    meta = params.get(META)
-    if type(meta) is not dict:
-        return message
-    present = [key for key in keys if key in meta]
-    if not present:
-        return message
-    new_meta = {k: v for k, v in meta.items() if k not in present}
-    new_params = dict(params)
-    if new_meta:
-        new_params[META] = new_meta
-    else:
-        del new_params[META]
-    new_message = dict(message)
-    new_message["params"] = new_params
-    return new_message
+    return strip_and_extract(message, keys)[0]
 
 
 def strip_and_extract(message: Any, keys: Iterable[str] = RESERVED_META_KEYS) -> tuple[Any, dict[str, str] | None]:
-    """``(strip_message(message, keys), extract_carrier(message, keys))`` in one pass over ``_meta``."""
+    """``(message without the trace keys, their string values)`` in one pass over ``params._meta``.
+
+    The message is copied only down to ``_meta`` and only when there is something to strip; the carrier
+    is ``None`` when no trace key holds a string.
+    """
     if type(message) is not dict:
         return message, None
     params = message.get("params")
