@@ -127,12 +127,6 @@ def _str_or_none(value: Any) -> str | None:
     return value if type(value) is str else None
 
 
-def _session_id_of(params: Any) -> str | None:
-    if type(params) is dict:
-        return _str_or_none(params.get("sessionId"))
-    return None
-
-
 def _add_update_attributes(attributes: dict[str, Any], params: Any) -> None:
     """Add a session/update's kind and tool call id/status (no content) to ``attributes``."""
     update = params.get("update") if type(params) is dict else None
@@ -209,7 +203,6 @@ class Engine:
 
         Returns the call to end later (``None`` when nothing is traced) and the params to send.
         """
-        span = None
         call = None
         try:
             if type(method) is not str:
@@ -219,35 +212,18 @@ class Engine:
                 return None, params
             info = self._methods.get(method) or self._method_info(method)
             peer_state = self.peer_state(peer)
-            traced = info.traced
-            as_event = False
-            if traced and not is_request and not self._notification_spanned(method, peer_state, params):
-                traced = False
-                as_event = self._events_mode
-            if as_event:
-                self._record_update_event(peer_state, params)
-            elif traced:
+            if info.traced and (is_request or self._wants_notification_span(info, peer_state, params)):
                 kind = SpanKind.CLIENT if is_request else SpanKind.PRODUCER
-                attributes = self._start_attributes(info, method, params, request_id, peer_state)
-                span = self._tracer.start_span(info.span_name, context=current, kind=kind, attributes=attributes)
-                call = Call(span, method, peer_state, is_request)
-                call.session_id = attributes.get(sc.ACP_SESSION_ID)
-                if span.is_recording():
-                    self._on_params(call, params)
+                call = self._start(info, method, params, request_id, peer_state, current, kind, is_request)
             if not info.inject:
                 return call, params
-            if span is not None:
-                current = Context({**current, _SPAN_KEY: span})
+            if call is not None:
+                current = Context({**current, _SPAN_KEY: call.span})
             return call, propagation.inject_into_params(params, propagation.carrier_for(current))
         except Exception:
             _log.debug("acp_otel: failed to start outgoing span for %r", method, exc_info=True)
-            try:  # started but not handed out: end it here, or it would stay open
-                if call is not None:
-                    self._end(call)
-                elif span is not None:
-                    span.end()
-            except Exception:
-                pass
+            if call is not None:  # started but not handed out: end it here, or it would stay open
+                self._end_quietly(call)
             return None, params
 
     # -------------------------------------------------------------- incoming
@@ -258,6 +234,7 @@ class Engine:
         Returns the call (whose ``context`` the handler must run in; ``None`` only when something went
         wrong) and the message to hand to the handler.
         """
+        stripped = message
         try:
             stripped, carrier = propagation.strip_and_extract(message, self._strip_keys)
             parent = propagation.context_from_carrier(carrier)
@@ -267,32 +244,43 @@ class Engine:
             params = stripped.get("params")
             peer_state = self.peer_state(peer)
             info = self._methods.get(method) or self._method_info(method)
-            traced = info.traced and _instrumentation_enabled(otel_context.get_current())
-            if traced and not is_request and not self._notification_spanned(method, peer_state, params):
-                if self._events_mode:
-                    self._record_update_event(peer_state, params)
-                traced = False
-            if not traced:
+            if (
+                info.traced
+                and _instrumentation_enabled(otel_context.get_current())
+                and (is_request or self._wants_notification_span(info, peer_state, params))
+            ):
+                kind = SpanKind.SERVER if is_request else SpanKind.CONSUMER
+                request_id = message.get("id") if is_request else None
+                call = self._start(info, method, params, request_id, peer_state, parent, kind, is_request)
+                # Baggage and the remote parent stay current for the handler, under our span.
+                call.context = Context({**parent, _SPAN_KEY: call.span, _CALL_KEY: call})
+            else:
                 call = Call(None, method, peer_state, is_request)
                 call.context = parent
-                return call, stripped
-            kind = SpanKind.SERVER if is_request else SpanKind.CONSUMER
-            request_id = message.get("id") if is_request else None
-            attributes = self._start_attributes(info, method, params, request_id, peer_state)
-            span = self._tracer.start_span(info.span_name, context=parent, kind=kind, attributes=attributes)
-            call = Call(span, method, peer_state, is_request)
-            call.session_id = attributes.get(sc.ACP_SESSION_ID)
-            if span.is_recording():
-                self._on_params(call, params)
-            # Baggage and the remote parent stay current for the handler, under our span.
-            call.context = Context({**parent, _SPAN_KEY: span, _CALL_KEY: call})
             return call, stripped
         except Exception:
             _log.debug("acp_otel: failed to start incoming span", exc_info=True)
-            try:
-                return None, propagation.strip_message(message, self._strip_keys)
-            except Exception:
-                return None, message
+            return None, stripped
+
+    def _start(
+        self,
+        info: _MethodInfo,
+        method: str,
+        params: Any,
+        request_id: Any,
+        peer: PeerState | None,
+        parent: Context,
+        kind: SpanKind,
+        is_request: bool,
+    ) -> Call:
+        """Start and name the span of one message (the only place spans of messages are started)."""
+        attributes = self._start_attributes(info, params, request_id, peer)
+        span = self._tracer.start_span(info.span_name, context=parent, kind=kind, attributes=attributes)
+        call = Call(span, method, peer, is_request)
+        call.session_id = attributes.get(sc.ACP_SESSION_ID)
+        if span.is_recording():
+            self._on_params(call, params)
+        return call
 
     def note_handler_exception(self, exc: BaseException, rpc_code: Any = None) -> None:
         """Name the exception a handler raised on the current incoming span (the SDK hides it).
@@ -393,6 +381,12 @@ class Engine:
 
     # --------------------------------------------------------------- helpers
 
+    def _end_quietly(self, call: Call) -> None:
+        try:
+            self._end(call)
+        except Exception:
+            _log.debug("acp_otel: failed to end span", exc_info=True)
+
     def _end(self, call: Call) -> None:
         span = call.span
         if span is None:
@@ -409,60 +403,56 @@ class Engine:
         span.end()
 
     def _method_info(self, method: str) -> _MethodInfo:
-        info = self._methods.get(method)
-        if info is None:
-            settings = self.settings
-            attributes: dict[str, Any] = {sc.RPC_SYSTEM_NAME: sc.RPC_SYSTEM_VALUE, sc.ACP_METHOD_NAME: method}
-            if sc.is_extension(method):
-                attributes[sc.ACP_EXTENSION] = True
-                namespace = sc.extension_namespace(method)
-                if namespace is not None:
-                    attributes[sc.ACP_EXTENSION_NAMESPACE] = namespace
-            inject = settings.inject and not sc.is_protocol_method(method)
-            inject = inject and not settings.inject_excluded_methods(method)
-            info = _MethodInfo(
-                sc.span_name(method),
-                attributes,
-                traced=not settings.excluded_methods(method),
-                inject=bool(inject),
-                is_update=method == sc.SESSION_UPDATE,
-            )
-            if len(self._methods) < _METHOD_CACHE_SIZE:
-                self._methods[method] = info
+        """Work out (and cache) what depends on the method name; callers looked in the cache first."""
+        settings = self.settings
+        attributes: dict[str, Any] = {sc.RPC_SYSTEM_NAME: sc.RPC_SYSTEM_VALUE, sc.ACP_METHOD_NAME: method}
+        if sc.is_extension(method):
+            attributes[sc.ACP_EXTENSION] = True
+            namespace = sc.extension_namespace(method)
+            if namespace is not None:
+                attributes[sc.ACP_EXTENSION_NAMESPACE] = namespace
+        inject = settings.inject and not sc.is_protocol_method(method)
+        inject = inject and not settings.inject_excluded_methods(method)
+        info = _MethodInfo(
+            sc.span_name(method),
+            attributes,
+            traced=not settings.excluded_methods(method),
+            inject=bool(inject),
+            is_update=method == sc.SESSION_UPDATE,
+        )
+        if len(self._methods) < _METHOD_CACHE_SIZE:
+            self._methods[method] = info
         return info
 
-    def _notification_spanned(self, method: str, peer: PeerState | None, params: Any) -> bool:
-        """Whether a notification gets its own span under ``notification_spans``."""
+    def _wants_notification_span(self, info: _MethodInfo, peer: PeerState | None, params: Any) -> bool:
+        """Whether a notification gets its own span under ``notification_spans``.
+
+        In ``events`` mode a session/update whose session has a prompt in flight is recorded as an event
+        on that prompt's span instead; without one it keeps its own span.
+        """
         if self._no_notification_spans:
             return False
-        if self._events_mode and method == sc.SESSION_UPDATE:
-            # Without an in-flight prompt span to carry the event, keep the notification's own span.
-            session_id = _session_id_of(params)
-            return peer is None or session_id is None or session_id not in peer.prompts
-        return True
-
-    def _record_update_event(self, peer: PeerState | None, params: Any) -> None:
-        session_id = _session_id_of(params)
-        if peer is None or session_id is None:
-            return
-        call = peer.prompts.get(session_id)
-        if call is None or call.span is None or not call.span.is_recording():
-            return
+        if not (self._events_mode and info.is_update):
+            return True
+        session_id = params.get("sessionId") if type(params) is dict else None
+        call = peer.prompts.get(session_id) if peer is not None and type(session_id) is str else None
+        if call is None or call.span is None:
+            return True
+        if not call.span.is_recording():
+            return False
         if call.events >= self.settings.max_events_per_span:
             call.dropped += 1
-            return
-        call.events += 1
-        call.span.add_event(sc.SESSION_UPDATE_EVENT, self._update_attributes(params, with_content=True))
-
-    def _update_attributes(self, params: Any, with_content: bool) -> dict[str, Any]:
-        attributes: dict[str, Any] = {}
-        _add_update_attributes(attributes, params)
-        if with_content and self.settings.capture_content:
-            attributes[sc.ACP_PARAMS] = _truncate(params, self.settings.capture_content_max_length)
-        return attributes
+        else:
+            call.events += 1
+            attributes: dict[str, Any] = {}
+            _add_update_attributes(attributes, params)
+            if self.settings.capture_content:
+                attributes[sc.ACP_PARAMS] = _truncate(params, self.settings.capture_content_max_length)
+            call.span.add_event(sc.SESSION_UPDATE_EVENT, attributes)
+        return False
 
     def _start_attributes(
-        self, info: _MethodInfo, method: str, params: Any, request_id: Any, peer: PeerState | None
+        self, info: _MethodInfo, params: Any, request_id: Any, peer: PeerState | None
     ) -> dict[str, Any]:
         attributes = info.attributes.copy()
         if request_id is not None:

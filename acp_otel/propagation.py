@@ -38,6 +38,7 @@ def carrier_for(context: Context | None) -> dict[str, str]:
 def inject_into_params(params: Any, carrier: dict[str, str]) -> Any:
     """Return ``params`` with ``carrier`` merged into a copy of ``params._meta``.
 
+    ``carrier`` (a fresh dict from :func:`carrier_for`) may become the new ``_meta`` itself.
     ``None`` becomes ``{"_meta": carrier}``. Params that are not an object, or whose ``_meta`` is not
     an object, are returned as given: we cannot add context to them without changing their meaning.
     Other ``_meta`` keys are kept; the caller's dicts are not modified.
@@ -45,12 +46,12 @@ def inject_into_params(params: Any, carrier: dict[str, str]) -> Any:
     if not carrier:
         return params
     if params is None:
-        return {META: dict(carrier)}
+        return {META: carrier}
     if type(params) is not dict:
         return params
     meta = params.get(META)
     if meta is None:
-        new_meta = dict(carrier)
+        new_meta = carrier
     elif type(meta) is dict:
         new_meta = dict(meta)
         new_meta.update(carrier)
@@ -59,11 +60,6 @@ def inject_into_params(params: Any, carrier: dict[str, str]) -> Any:
     new_params = dict(params)
     new_params[META] = new_meta
     return new_params
-
-
-def extract_carrier(message: Any, keys: Iterable[str] = RESERVED_META_KEYS) -> dict[str, str] | None:
-    """The string-valued trace headers in ``message.params._meta``; ``None`` when there are none."""
-    return strip_and_extract(message, keys)[1]
 
 
 class _PeerInputLogFilter(logging.Filter):
@@ -92,17 +88,15 @@ _PROPAGATOR_LOGGERS = (
 _LOG_FILTER = _PeerInputLogFilter()
 
 
-_propagator_loggers: list[logging.Logger] = []
+_log_filter_installed = False
 
 
 def _install_log_filter() -> None:
-    # Runs per incoming message: look the loggers up once (getLogger always returns the same object for
-    # a name), but keep checking their filters, since logging configuration may replace them.
-    if not _propagator_loggers:
-        _propagator_loggers.extend(logging.getLogger(name) for name in _PROPAGATOR_LOGGERS)
-    for logger in _propagator_loggers:
-        if _LOG_FILTER not in logger.filters:
-            logger.addFilter(_LOG_FILTER)
+    # Filters stay on a logger through logging (re)configuration, so once per process is enough.
+    global _log_filter_installed
+    for name in _PROPAGATOR_LOGGERS:
+        logging.getLogger(name).addFilter(_LOG_FILTER)
+    _log_filter_installed = True
 
 
 def context_from_carrier(carrier: dict[str, str] | None) -> Context:
@@ -113,7 +107,8 @@ def context_from_carrier(carrier: dict[str, str] | None) -> Context:
     """
     if not carrier:
         return Context()
-    _install_log_filter()
+    if not _log_filter_installed:
+        _install_log_filter()
     token = _EXTRACTING.set(True)
     try:
         return propagate.extract(carrier, context=Context())
@@ -124,21 +119,13 @@ def context_from_carrier(carrier: dict[str, str] | None) -> Context:
         _EXTRACTING.reset(token)
 
 
-def strip_message(message: Any, keys: Iterable[str] = RESERVED_META_KEYS) -> Any:
-    """Return ``message`` without the trace keys in ``params._meta`` (a shallow copy where changed).
-
-    ``_meta`` is dropped when nothing else is left in it, so handlers without ``**kwargs`` keep working
-    (the SDK spreads ``_meta`` keys into handler keyword arguments). Messages with nothing to strip are
-    returned as they are.
-    """
-    return strip_and_extract(message, keys)[0]
-
-
 def strip_and_extract(message: Any, keys: Iterable[str] = RESERVED_META_KEYS) -> tuple[Any, dict[str, str] | None]:
-    """``(message without the trace keys, their string values)`` in one pass over ``params._meta``.
+    """``(message without the trace keys, their string values)`` from ``params._meta``.
 
-    The message is copied only down to ``_meta`` and only when there is something to strip; the carrier
-    is ``None`` when no trace key holds a string.
+    The message is copied only down to ``_meta`` and only when there is something to strip. ``_meta`` is
+    dropped when nothing else is left in it, so handlers without ``**kwargs`` keep working (the SDK
+    spreads ``_meta`` keys into handler keyword arguments). The carrier is ``None`` when no trace key
+    holds a string.
     """
     if type(message) is not dict:
         return message, None
@@ -148,22 +135,11 @@ def strip_and_extract(message: Any, keys: Iterable[str] = RESERVED_META_KEYS) ->
     meta = params.get(META)
     if type(meta) is not dict:
         return message, None
-    present = None
-    carrier = None
-    for key in keys:
-        if key in meta:
-            if present is None:
-                present = [key]
-            else:
-                present.append(key)
-            value = meta[key]
-            if type(value) is str:
-                if carrier is None:
-                    carrier = {key: value}
-                else:
-                    carrier[key] = value
-    if present is None:
+    present = [key for key in keys if key in meta]
+    if not present:
         return message, None
+    # Only string values are trace context; the key is stripped whatever its value.
+    carrier = {key: meta[key] for key in present if type(meta[key]) is str} or None
     new_meta = {k: v for k, v in meta.items() if k not in present}
     new_params = dict(params)
     if new_meta:

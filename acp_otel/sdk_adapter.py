@@ -169,29 +169,25 @@ async def _passthrough(wrapped: Any, args: tuple[Any, ...], kwargs: dict[str, An
     return await wrapped(*args, **kwargs)
 
 
-# The incoming wrappers are plain functions returning the coroutine to await (one coroutine layer less
-# per message); like the async hooks they wrap, calling them never raises, awaiting does.
+def _incoming_hook(is_request: bool, returns_payload: bool) -> Any:
+    """A wrapt wrapper for one incoming hook.
+
+    It is a plain function returning the coroutine to await (one coroutine layer less per message);
+    like the async hook it wraps, calling it never raises, awaiting does.
+    """
+
+    def hook(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        engine = _engine
+        if engine is None or not args:
+            return _passthrough(wrapped, args, kwargs)
+        return _run_incoming(engine, wrapped, instance, args, is_request, returns_payload)
+
+    return hook
 
 
-def _execute_request(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    engine = _engine
-    if engine is None or not args:
-        return _passthrough(wrapped, args, kwargs)
-    return _run_incoming(engine, wrapped, instance, args, True, True)
-
-
-def _run_request(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    engine = _engine
-    if engine is None or not args:
-        return _passthrough(wrapped, args, kwargs)
-    return _run_incoming(engine, wrapped, instance, args, True, False)
-
-
-def _run_notification(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    engine = _engine
-    if engine is None or not args:
-        return _passthrough(wrapped, args, kwargs)
-    return _run_incoming(engine, wrapped, instance, args, False, False)
+_execute_request = _incoming_hook(is_request=True, returns_payload=True)  # 0.12.1+: returns the payload
+_run_request = _incoming_hook(is_request=True, returns_payload=False)  # up to 0.12.0: returns the result
+_run_notification = _incoming_hook(is_request=False, returns_payload=False)
 
 
 # ------------------------------------------------------------------ handler and SDK spans

@@ -35,14 +35,13 @@ _FALSE = {"false", "0", "no", "off"}
 class MethodMatcher:
     """Matches method names against comma-separated patterns with ``*`` / ``?`` wildcards.
 
-    Results are cached per method name: ACP has few distinct methods and this runs per message.
+    The engine asks once per method name and caches the answer, so no cache here.
     """
 
-    __slots__ = ("_cache", "_patterns")
+    __slots__ = ("_patterns",)
 
     def __init__(self, patterns: tuple[str, ...] = ()) -> None:
         self._patterns = patterns
-        self._cache: dict[str, bool] = {}
 
     @property
     def patterns(self) -> tuple[str, ...]:
@@ -52,15 +51,8 @@ class MethodMatcher:
         return bool(self._patterns)
 
     def __call__(self, method: str) -> bool:
-        if not self._patterns:
-            return False
-        hit = self._cache.get(method)
-        if hit is None:
-            # fnmatchcase: method names are case sensitive; '[' in a name must not act as a set.
-            hit = any(fnmatch.fnmatchcase(method, p.replace("[", "[[]")) for p in self._patterns)
-            if len(self._cache) < 1024:  # bounded: hostile peers can invent endless names
-                self._cache[method] = hit
-        return hit
+        # fnmatchcase: method names are case sensitive; '[' in a name must not act as a set.
+        return any(fnmatch.fnmatchcase(method, p.replace("[", "[[]")) for p in self._patterns)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, MethodMatcher) and other._patterns == self._patterns

@@ -122,24 +122,10 @@ def _flush_now(timeout_s: float, result: list[bool], done: threading.Event) -> N
         done.set()
 
 
-async def _flush_async(timeout_s: float = FLUSH_TIMEOUT_S) -> None:
-    loop = asyncio.get_running_loop()
-    finished = loop.create_future()
-    result: list[bool] = []
-    done = threading.Event()
-
-    def run() -> None:
-        _flush_now(timeout_s, result, done)
-        try:
-            loop.call_soon_threadsafe(lambda: finished.done() or finished.set_result(None))
-        except RuntimeError:  # the loop is already closed
-            pass
-
-    threading.Thread(target=run, name="acp-otel-flush", daemon=True).start()
-    try:
-        await asyncio.wait_for(asyncio.shield(finished), timeout_s + 0.1)
-    except asyncio.TimeoutError:
-        _log.debug("acp_otel: flush at end of input did not finish within %.1fs", timeout_s)
+async def _flush_async() -> None:
+    # flush() is bounded and blocking: keep the event loop serving other connections meanwhile.
+    if not await asyncio.to_thread(flush):
+        _log.debug("acp_otel: flush at end of input did not complete within %.1fs", FLUSH_TIMEOUT_S)
 
 
 async def _receive_loop(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

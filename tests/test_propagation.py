@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 
-from opentelemetry import baggage, trace
+from opentelemetry import baggage, context, trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
 from acp_otel import propagation
@@ -56,26 +56,35 @@ def test_extract_and_strip() -> None:
         "params": {"protocolVersion": 1, "_meta": {"traceparent": TP, "baggage": "user=alice", "other": 1}},
     }
     before = copy.deepcopy(message)
-    carrier = propagation.extract_carrier(message)
+    stripped, carrier = propagation.strip_and_extract(message)
     assert carrier == {"traceparent": TP, "baggage": "user=alice"}
     ctx = propagation.context_from_carrier(carrier)
     assert trace.get_current_span(ctx).get_span_context().span_id == 0xB7AD6B7169203331
     assert baggage.get_baggage("user", ctx) == "alice"
-    stripped = propagation.strip_message(message)
     assert message == before  # the original (possibly shared with the sender) is untouched
     assert stripped["params"] == {"protocolVersion": 1, "_meta": {"other": 1}}
 
 
 def test_strip_drops_empty_meta_and_non_string_values() -> None:
     message = {"method": "x", "params": {"a": 1, "_meta": {"traceparent": 5, "tracestate": None}}}
-    assert propagation.extract_carrier(message) is None
-    assert propagation.strip_message(message) == {"method": "x", "params": {"a": 1}}
+    assert propagation.strip_and_extract(message) == ({"method": "x", "params": {"a": 1}}, None)
 
 
 def test_nothing_to_strip_returns_same_object() -> None:
     for message in ({"method": "x"}, {"method": "x", "params": [1]}, {"params": {"_meta": {"k": 1}}}, "junk", None):
-        assert propagation.strip_message(message) is message
-    assert propagation.context_from_carrier(None) is not None
+        stripped, carrier = propagation.strip_and_extract(message)
+        assert stripped is message and carrier is None
+
+
+def test_no_carrier_gives_an_empty_context_not_the_ambient_one() -> None:
+    token = context.attach(_context())
+    try:
+        for carrier in (None, {}):
+            ctx = propagation.context_from_carrier(carrier)
+            assert not trace.get_current_span(ctx).get_span_context().is_valid
+            assert baggage.get_baggage("user", ctx) is None
+    finally:
+        context.detach(token)
 
 
 def test_invalid_traceparent_gives_empty_context() -> None:
