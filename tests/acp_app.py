@@ -12,6 +12,7 @@ import os
 import sys
 from typing import Any
 
+from acp import AgentSideConnection, ClientSideConnection
 from acp.exceptions import RequestError
 
 PROTOCOL_VERSION = 1
@@ -168,6 +169,46 @@ class TraceClient:
 
     async def ext_notification(self, method: str, params: dict[str, Any]) -> None:
         self.ext_notes.append((method, params))
+
+
+class Pair:
+    """A real client and agent connected by a loopback TCP stream (real NDJSON bytes both ways)."""
+
+    def __init__(self, agent: Any, client: Any) -> None:
+        self.agent = agent
+        self.client = client
+        self.client_conn: Any = None
+        self.agent_conn: Any = None
+        self._server: asyncio.AbstractServer | None = None
+        self._writers: list[asyncio.StreamWriter] = []
+
+    async def start(self) -> Pair:
+        ready = asyncio.Event()
+
+        async def on_conn(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            self._writers.append(writer)
+            self.agent_conn = AgentSideConnection(lambda conn: self.agent, writer, reader)
+            ready.set()
+
+        self._server = await asyncio.start_server(on_conn, "127.0.0.1", 0)
+        port = self._server.sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        self._writers.append(writer)
+        self.client_conn = ClientSideConnection(lambda conn: self.client, writer, reader)
+        await asyncio.wait_for(ready.wait(), 5)
+        return self
+
+    async def close(self) -> None:
+        for conn in (self.client_conn, self.agent_conn):
+            if conn is not None:
+                try:
+                    await asyncio.wait_for(conn.close(), 5)
+                except Exception:
+                    pass
+        for writer in self._writers:
+            writer.close()
+        if self._server is not None:
+            self._server.close()
 
 
 CLIENT_CAPABILITIES = {"fs": {"readTextFile": True}, "_meta": {"test.dev/buffers": {"list": True}}}

@@ -101,7 +101,7 @@ async def test_agent_process_killed_with_request_pending(instrument: Any, export
 
 
 async def _full_turn_factory() -> dict[str, Any]:
-    from conftest import Pair
+    from acp_app import Pair
 
     p = await Pair(TraceAgent(), TraceClient()).start()
     try:
