@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .demo import runner
 from .version import __version__
 
 
@@ -20,8 +21,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
-
-    from .demo import runner
 
     demo = commands.add_parser(
         "demo",
@@ -39,19 +38,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from .demo import runner
-
     return runner.run_demo(runner.options_from_args(args))
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``acp-otel`` console script; returns the exit status."""
-    from .demo.runner import DemoError
-
     args = build_parser().parse_args(argv)
     try:
         return int(args.handler(args))
-    except DemoError as exc:
+    except runner.DemoError as exc:
         print(f"acp-otel {args.command}: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -1,29 +1,30 @@
 """A minimal ACP agent/client pair on the real SDK, connected by a loopback TCP stream (real NDJSON).
 
-Shared by the benchmarks. The prompt text says what the agent does: ``k=<n>`` streams ``n``
-``session/update`` notifications before answering; ``error`` answers with a JSON-RPC error;
-``raise`` makes the handler raise; ``slow`` waits until cancelled.
+Shared by the benchmarks; the connection pair itself is the tests' ``Pair`` (tests/acp_app.py). The prompt
+text says what the agent does: ``k=<n>`` streams ``n`` ``session/update`` notifications before answering;
+``error`` answers with a JSON-RPC error; ``raise`` makes the handler raise; ``slow`` waits until cancelled.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 from typing import Any
 
-from acp import AgentSideConnection, ClientSideConnection, helpers
 from acp.exceptions import RequestError
 
-PROTOCOL_VERSION = 1
+# The tests' client/agent pair and helpers (tests/acp_app.py); plain dicts work on every supported SDK.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+
+from acp_app import PROTOCOL_VERSION, Pair, _chunk, _text_of
+
+__all__ = ["PROTOCOL_VERSION", "BenchAgent", "BenchClient", "BenchPair", "_text_of", "text_block"]
 
 
-def _text_of(prompt: Any) -> str:
-    for block in prompt or []:
-        text = getattr(block, "text", None)
-        if text is None and isinstance(block, dict):
-            text = block.get("text")
-        if text:
-            return text
-    return ""
+def text_block(text: str) -> dict[str, str]:
+    """A text content block for a prompt."""
+    return {"type": "text", "text": text}
 
 
 class BenchAgent:
@@ -52,7 +53,7 @@ class BenchAgent:
         text = _text_of(prompt)
         if text.startswith("k="):
             for _ in range(int(text[2:])):
-                await self.conn.session_update(session_id=session_id, update=helpers.update_agent_message_text("tok "))
+                await self.conn.session_update(session_id=session_id, update=_chunk("tok "))
             return {"stopReason": "end_turn"}
         if text == "error":
             raise RequestError.invalid_params({"why": "bench"})
@@ -74,48 +75,19 @@ class BenchClient:
         self.updates += 1
 
 
-class BenchPair:
-    """Client and agent connections over one loopback TCP socket."""
+class BenchPair(Pair):
+    """The tests' :class:`Pair` (one loopback TCP socket), initialized and with one session open."""
 
-    def __init__(self) -> None:
-        self.agent = BenchAgent()
-        self.client = BenchClient()
-        self.client_conn: Any = None
-        self.agent_conn: Any = None
+    def __init__(self, agent: Any = None) -> None:
+        super().__init__(agent if agent is not None else BenchAgent(), BenchClient())
         self.session_id = ""
-        self._server: asyncio.AbstractServer | None = None
-        self._writers: list[asyncio.StreamWriter] = []
 
     async def start(self) -> BenchPair:
-        ready = asyncio.Event()
-
-        async def on_conn(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            self._writers.append(writer)
-            self.agent_conn = AgentSideConnection(lambda conn: self.agent, writer, reader)
-            ready.set()
-
-        self._server = await asyncio.start_server(on_conn, "127.0.0.1", 0)
-        port = self._server.sockets[0].getsockname()[1]
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        self._writers.append(writer)
-        self.client_conn = ClientSideConnection(lambda conn: self.client, writer, reader)
-        await asyncio.wait_for(ready.wait(), 5)
+        await super().start()
         await self.client_conn.initialize(protocol_version=PROTOCOL_VERSION)
         session = await self.client_conn.new_session(cwd="/tmp", mcp_servers=[])
         self.session_id = session.session_id
         return self
 
     async def prompt(self, text: str) -> Any:
-        return await self.client_conn.prompt(session_id=self.session_id, prompt=[helpers.text_block(text)])
-
-    async def close(self) -> None:
-        for conn in (self.client_conn, self.agent_conn):
-            if conn is not None:
-                try:
-                    await asyncio.wait_for(conn.close(), 5)
-                except Exception:
-                    pass
-        for writer in self._writers:
-            writer.close()
-        if self._server is not None:
-            self._server.close()
+        return await self.client_conn.prompt(session_id=self.session_id, prompt=[text_block(text)])

@@ -28,14 +28,13 @@ import sys
 import time
 from typing import Any
 
-from acp import helpers
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from _bench_app import BenchAgent, BenchPair  # noqa: E402
+from _bench_app import BenchAgent, BenchPair, _text_of, text_block  # noqa: E402
 
 from acp_otel import AcpInstrumentor, sdk_adapter  # noqa: E402
 
@@ -74,7 +73,7 @@ class CancellableAgent(BenchAgent):
             fut.set_result("cancel")
 
     async def prompt(self, prompt: Any, session_id: str, **kwargs: Any) -> dict[str, Any]:
-        text = prompt[0].text if prompt else ""
+        text = _text_of(prompt)
         if not text.startswith("slow"):
             return await super().prompt(prompt, session_id, **kwargs)
         fut = asyncio.get_running_loop().create_future()
@@ -98,11 +97,11 @@ async def one_request(pair: BenchPair, agent: CancellableAgent, session_id: str,
     outcome = i % 4
     conn = pair.client_conn
     if outcome == 0:
-        await conn.prompt(session_id=session_id, prompt=[helpers.text_block("k=1")])
+        await conn.prompt(session_id=session_id, prompt=[text_block("k=1")])
         tally["success"] += 1
     elif outcome in (1, 2):
         try:
-            await conn.prompt(session_id=session_id, prompt=[helpers.text_block("error" if outcome == 1 else "raise")])
+            await conn.prompt(session_id=session_id, prompt=[text_block("error" if outcome == 1 else "raise")])
         except Exception:
             tally["error" if outcome == 1 else "exception"] += 1
         else:
@@ -111,7 +110,7 @@ async def one_request(pair: BenchPair, agent: CancellableAgent, session_id: str,
         started, finished = asyncio.Event(), asyncio.Event()
         agent.started[session_id], agent.finished[session_id] = started, finished
         text = "slow-raise-cancel" if (i // 4) % 2 else "slow"
-        task = asyncio.ensure_future(conn.prompt(session_id=session_id, prompt=[helpers.text_block(text)]))
+        task = asyncio.ensure_future(conn.prompt(session_id=session_id, prompt=[text_block(text)]))
         await started.wait()
         task.cancel()
         try:
@@ -131,9 +130,8 @@ async def run(total: int, warmup: int, sessions: int) -> int:
     instrumentor.instrument(tracer_provider=provider)
     engine = sdk_adapter.current_engine()
     assert engine is not None
-    pair = BenchPair()
     agent = CancellableAgent()
-    pair.agent = agent
+    pair = BenchPair(agent)
     await pair.start()
     session_ids = [pair.session_id]
     for _ in range(sessions - 1):
@@ -197,8 +195,11 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=None)
     parser.add_argument("--sessions", type=int, default=8)
     args = parser.parse_args()
-    total = args.requests or (5_000 if args.smoke else 100_000)
-    warmup = max(1000, total // 10)
+    total = args.requests if args.requests is not None else (5_000 if args.smoke else 100_000)
+    if total < 1:
+        parser.error("--requests must be at least 1")
+    # The baseline is taken when request number `warmup` starts: it must be part of the run.
+    warmup = min(max(1000, total // 10), total // 2)
     # Handler exceptions are logged by the SDK at ERROR with a traceback: keep the output readable.
     logging.disable(logging.CRITICAL)
     sys.exit(asyncio.run(run(total, warmup, args.sessions)))

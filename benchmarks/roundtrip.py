@@ -205,7 +205,7 @@ async def _throughput_worker(args: argparse.Namespace) -> dict[str, Any]:
     setup = _setup(args.worker, None)
     provider = setup[0] if setup is not None else None
     pairs = [await BenchPair().start() for _ in range(args.sessions)]
-    text = f"k={args.k}"
+    text = f"k={args.throughput_k}"
     count = 0
     stop = 0.0
 
@@ -247,67 +247,25 @@ def _run_worker(argv: list[str]) -> dict[str, Any]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-class _Receiver:
-    """The embedded OTLP receiver (acp_otel.demo.receiver) counting spans, or a minimal fallback."""
+RECEIVER_KIND = "acp_otel.demo.receiver.OtlpReceiver (HTTP, counting)"
 
-    def __init__(self) -> None:
-        self.kind = ""
-        self._impl: Any = None
-        self._server: Any = None
 
-    def start(self) -> str:
-        try:
-            from acp_otel.demo.receiver import OtlpReceiver
+def _counting_receiver() -> Any:
+    """The embedded OTLP/HTTP receiver, decoding requests but keeping only a span count.
 
-            if not hasattr(OtlpReceiver, "_ingest"):
-                raise ImportError("unexpected receiver API")
+    A long run exports millions of spans; storing them would grow the parent process for nothing.
+    """
+    from acp_otel.demo.receiver import OtlpReceiver
 
-            class CountingReceiver(OtlpReceiver):
-                # Decode the protobuf like the real receiver does, but keep only a count so a long run
-                # does not accumulate millions of spans.
-                received = 0
+    class CountingReceiver(OtlpReceiver):
+        received = 0
 
-                def _ingest(self, resource_spans: Any, transport: str) -> None:
-                    for rs in resource_spans:
-                        for ss in rs.scope_spans:
-                            self.received += len(ss.spans)
+        def _ingest(self, resource_spans: Any, transport: str) -> None:
+            count = sum(len(ss.spans) for rs in resource_spans for ss in rs.scope_spans)
+            with self._cond:
+                self.received += count
 
-            self._impl = CountingReceiver(enable_grpc=False).start()
-            self.kind = "acp_otel.demo.receiver.OtlpReceiver (HTTP, counting)"
-            return self._impl.http_traces_url
-        except ImportError:
-            return self._start_fallback()
-
-    def _start_fallback(self) -> str:
-        import http.server
-        import threading
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                self.rfile.read(length)
-                self.send_response(200 if self.path == "/v1/traces" else 404)
-                self.send_header("Content-Type", "application/x-protobuf")
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-        self.kind = "minimal http.server receiver (benchmarks/roundtrip.py)"
-        return f"http://127.0.0.1:{self._server.server_address[1]}/v1/traces"
-
-    @property
-    def received(self) -> int | None:
-        return getattr(self._impl, "received", None)
-
-    def stop(self) -> None:
-        if self._impl is not None:
-            self._impl.stop()
-        if self._server is not None:
-            self._server.shutdown()
+    return CountingReceiver(enable_grpc=False)
 
 
 def _spread(values: list[float]) -> str:
@@ -319,8 +277,8 @@ def _spread(values: list[float]) -> str:
 
 def _parent(args: argparse.Namespace) -> None:
     started = time.perf_counter()
-    receiver = _Receiver()
-    endpoint = receiver.start()
+    receiver = _counting_receiver().start()
+    endpoint = receiver.http_traces_url
     ks = [int(k) for k in args.ks.split(",")]
     results: dict[str, dict[int, list[float]]] = {v: {k: [] for k in ks} for v in VARIANTS}
     floors: dict[int, list[float]] = {k: [] for k in ks}
@@ -330,7 +288,7 @@ def _parent(args: argparse.Namespace) -> None:
     common = ["--ks", args.ks, "--turns", str(args.turns), "--batches", str(args.batches)]
     print(f"machine: nproc={os.cpu_count()}, cpu={_cpu_model()}, python={sys.version.split()[0]}")
     print(
-        f"rounds={args.rounds} batches/worker={args.batches} turns/batch(K=1)={args.turns}; receiver: {receiver.kind}"
+        f"rounds={args.rounds} batches/worker={args.batches} turns/batch(K=1)={args.turns}; receiver: {RECEIVER_KIND}"
     )
     try:
         for r in range(args.rounds):
@@ -359,7 +317,7 @@ def _parent(args: argparse.Namespace) -> None:
                         str(args.sessions),
                         "--duration",
                         str(args.duration),
-                        "--k",
+                        "--throughput-k",
                         str(args.throughput_k),
                     ]
                 )
@@ -420,8 +378,7 @@ def _parent(args: argparse.Namespace) -> None:
             f"bare {tb:.0f} turns/s ({_spread(throughput['bare'])}), "
             f"instrumented {ti:.0f} turns/s ({_spread(throughput['instr'])}); instrumented/bare = {ti / tb:.2f}"
         )
-    if receiver.received is not None:
-        print(f"OTLP receiver counted {receiver.received} spans")
+    print(f"OTLP receiver counted {receiver.received} spans")
     print(f"wall time: {time.perf_counter() - started:.0f} s")
 
 
@@ -450,14 +407,17 @@ def main() -> None:
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--throughput-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--otlp-endpoint", help=argparse.SUPPRESS)
-    parser.add_argument("--k", type=int, default=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    smoke = args.smoke
-    args.rounds = args.rounds or (2 if smoke else 9)
-    args.batches = args.batches or (2 if smoke else 5)
-    args.turns = args.turns or (60 if smoke else 200)
-    args.duration = args.duration or (1.0 if smoke else 3.0)
-    args.throughput_rounds = args.throughput_rounds or (1 if smoke else 5)
+    # (smoke, full) defaults for the options left unset; an explicit value, even 0, is kept.
+    for name, smoke_default, full_default in (
+        ("rounds", 2, 9),
+        ("batches", 2, 5),
+        ("turns", 60, 200),
+        ("duration", 1.0, 3.0),
+        ("throughput_rounds", 1, 5),
+    ):
+        if getattr(args, name) is None:
+            setattr(args, name, smoke_default if args.smoke else full_default)
     if args.worker:
         result = asyncio.run(_throughput_worker(args) if args.throughput_worker else _worker(args))
         print(json.dumps(result))

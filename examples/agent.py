@@ -246,20 +246,9 @@ class ExampleAgent(Agent):
                 session_update="tool_call", tool_call_id=tool_call_id, title=title, kind=kind, status="pending"
             ),
         )
-        await self._send(
-            session_id,
-            ToolCallProgress(session_update="tool_call_update", tool_call_id=tool_call_id, status="in_progress"),
-        )
+        await self._start_tool(session_id, tool_call_id)
         await asyncio.sleep(0.01)  # "work"
-        await self._send(
-            session_id,
-            ToolCallProgress(
-                session_update="tool_call_update",
-                tool_call_id=tool_call_id,
-                status="completed" if ok else "failed",
-                content=_tool_text("3 matches" if ok else "network unreachable"),
-            ),
-        )
+        await self._finish_tool(session_id, tool_call_id, ok=ok, text="3 matches" if ok else "network unreachable")
 
     async def _read_with_permission(self, session_id: str, path: str) -> int | None:
         """Ask for permission, then read `path` via fs/read_text_file. Returns its line count, or None."""
@@ -292,10 +281,7 @@ class ExampleAgent(Agent):
             await self._finish_tool(session_id, tool_call_id, ok=False, text="client cannot read files")
             return None
 
-        await self._send(
-            session_id,
-            ToolCallProgress(session_update="tool_call_update", tool_call_id=tool_call_id, status="in_progress"),
-        )
+        await self._start_tool(session_id, tool_call_id)
         try:
             content = (await self._conn.read_text_file(session_id=session_id, path=path)).content
         except RequestError as exc:
@@ -304,6 +290,12 @@ class ExampleAgent(Agent):
         lines = len(content.splitlines())
         await self._finish_tool(session_id, tool_call_id, ok=True, text=f"{lines} lines")
         return lines
+
+    async def _start_tool(self, session_id: str, tool_call_id: str) -> None:
+        await self._send(
+            session_id,
+            ToolCallProgress(session_update="tool_call_update", tool_call_id=tool_call_id, status="in_progress"),
+        )
 
     async def _finish_tool(self, session_id: str, tool_call_id: str, *, ok: bool, text: str) -> None:
         await self._send(

@@ -16,7 +16,8 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "collector-config"
+ROOT = Path(__file__).resolve().parent.parent
+CONFIG_DIR = ROOT / "collector-config"
 COMPONENT_KINDS = ("receivers", "processors", "exporters", "connectors")
 
 
@@ -217,6 +218,48 @@ def mount_problems(compose: dict[str, Any]) -> list[str]:
     return problems
 
 
+def shell_commands(markdown: str) -> list[str]:
+    """The commands in the ``sh`` code blocks of a Markdown text, continuation lines joined, comments dropped."""
+    commands: list[str] = []
+    for block in re.findall(r"```(?:sh|bash)\n(.*?)```", markdown, re.DOTALL):
+        joined = re.sub(r"\s*\\\n\s*", " ", block)
+        commands += [line.strip() for line in joined.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    return commands
+
+
+# What sets the OTLP protocol of a traced process when OTEL_EXPORTER_OTLP_PROTOCOL does not: opentelemetry-distro
+# (under opentelemetry-instrument) defaults to grpc; acp-otel demo and instrument_explicit.py use http/protobuf.
+DEFAULT_PROTOCOLS = {
+    "opentelemetry-instrument": "grpc",
+    "acp-otel demo": "http/protobuf",
+    "instrument_explicit.py": "http/protobuf",
+}
+PROTOCOL_PORTS = {"grpc": 4317, "http/protobuf": 4318, "http/json": 4318}
+
+
+def otlp_command_problems(commands: list[str]) -> list[str]:
+    """Commands whose OTLP endpoint port does not match the protocol they export with, or that send signals
+    the collector has no pipeline for."""
+    problems = []
+    for command in commands:
+        launcher = next((name for name in DEFAULT_PROTOCOLS if name in command), None)
+        if launcher is None:
+            continue
+        protocol_match = re.search(r"OTEL_EXPORTER_OTLP_PROTOCOL=(\S+)", command)
+        protocol = protocol_match.group(1) if protocol_match else DEFAULT_PROTOCOLS[launcher]
+        endpoint_match = re.search(r"OTEL_EXPORTER_OTLP_ENDPOINT=(\S+)", command)
+        port = host_port(endpoint_match.group(1))[1] if endpoint_match else PROTOCOL_PORTS[protocol]
+        if port != PROTOCOL_PORTS[protocol]:
+            problems.append(
+                f"{command!r} exports {protocol} to port {port}, the collector takes it on {PROTOCOL_PORTS[protocol]}"
+            )
+        if launcher == "opentelemetry-instrument" and not (
+            "--metrics_exporter none" in command and "--logs_exporter none" in command
+        ):
+            problems.append(f"{command!r} exports metrics and logs, but the collector has only a traces pipeline")
+    return problems
+
+
 # --------------------------------------------------------------------------- tests
 
 
@@ -292,9 +335,21 @@ def test_images_are_pinned_and_dependencies_exist(compose: dict[str, Any]) -> No
 def test_readme_documents_usage() -> None:
     text = (CONFIG_DIR / "README.md").read_text(encoding="utf-8")
     assert "docker compose -f collector-config/docker-compose.yaml up -d" in text
-    assert "OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:4318" in text
     for port in ("4317", "4318", "16686", "3000", "3200"):
         assert port in text
+    commands = shell_commands(text)
+    # OTLP/HTTP on 4318 where it is the default, and both ways under opentelemetry-instrument (gRPC by default).
+    assert "OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:4318 acp-otel demo" in commands
+    instrumented = [c for c in commands if "opentelemetry-instrument" in c]
+    assert any("OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:4317" in c and "PROTOCOL" not in c for c in instrumented)
+    assert any("OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf" in c and "localhost:4318" in c for c in instrumented)
+
+
+@pytest.mark.parametrize("doc", ["collector-config/README.md", "examples/README.md"])
+def test_documented_commands_use_the_port_of_their_protocol(doc: str) -> None:
+    commands = shell_commands((ROOT / doc).read_text(encoding="utf-8"))
+    assert any("opentelemetry-instrument" in c for c in commands)
+    assert otlp_command_problems(commands) == []
 
 
 # --------------------------------------------------------------------------- the checks can fail
@@ -333,6 +388,19 @@ def test_checks_catch_port_and_host_mismatches(
     assert exporter_problems(collector, compose, broken_tempo)
 
 
+def test_checks_catch_grafana_host_mismatch(
+    datasources: dict[str, Any], compose: dict[str, Any], tempo: dict[str, Any]
+) -> None:
+    broken = copy.deepcopy(datasources)
+    source = next(d for d in broken["datasources"] if d["type"] == "tempo")
+    source["url"] = "http://tempo-query:3200"
+    assert any("Grafana queries 'tempo-query'" in p for p in grafana_problems(broken, compose, tempo))
+    broken_compose = copy.deepcopy(compose)
+    tempo_name = service_by_image(compose, "grafana/tempo")
+    broken_compose["services"]["traces"] = broken_compose["services"].pop(tempo_name)
+    assert any("the Tempo service is 'traces'" in p for p in grafana_problems(datasources, broken_compose, tempo))
+
+
 def test_checks_catch_missing_mounts(compose: dict[str, Any]) -> None:
     broken = copy.deepcopy(compose)
     tempo_name = service_by_image(compose, "grafana/tempo")
@@ -340,3 +408,47 @@ def test_checks_catch_missing_mounts(compose: dict[str, Any]) -> None:
     assert any("does-not-exist.yaml" in p for p in mount_problems(broken))
     broken["services"][tempo_name]["volumes"] = ["./tempo.yaml:/etc/tempo/other.yaml:ro"]
     assert any("tempo reads" in p for p in mount_problems(broken))
+
+    # The collector's config mounted somewhere else than --config says, or --config pointing elsewhere.
+    collector_name = collector_service_name(compose)
+    broken = copy.deepcopy(compose)
+    broken["services"][collector_name]["volumes"] = ["./otel-collector.yaml:/etc/otelcol/config.yaml:ro"]
+    assert any("collector reads /etc/otelcol-contrib/config.yaml" in p for p in mount_problems(broken))
+    broken = copy.deepcopy(compose)
+    broken["services"][collector_name]["command"] = ["--config=/etc/otelcol/other.yaml"]
+    assert any("collector reads /etc/otelcol/other.yaml" in p for p in mount_problems(broken))
+
+    # Grafana without its provisioning mount, or with the file mounted outside the datasources folder.
+    grafana_name = service_by_image(compose, "grafana/grafana")
+    broken = copy.deepcopy(compose)
+    del broken["services"][grafana_name]["volumes"]
+    assert any("not mounted into Grafana's datasource provisioning" in p for p in mount_problems(broken))
+    broken["services"][grafana_name]["volumes"] = ["./grafana-datasources.yaml:/etc/grafana/datasources.yaml:ro"]
+    assert any("not mounted into Grafana's datasource provisioning" in p for p in mount_problems(broken))
+
+
+def test_checks_catch_commands_on_the_wrong_port() -> None:
+    good = (
+        "OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:4317 "
+        "opentelemetry-instrument --metrics_exporter none --logs_exporter none python c.py"
+    )
+    assert otlp_command_problems([good]) == []
+    # opentelemetry-distro defaults to gRPC: the HTTP port is wrong unless the protocol says http/protobuf.
+    wrong = good.replace("4317", "4318")
+    assert any("exports grpc to port 4318" in p for p in otlp_command_problems([wrong]))
+    assert otlp_command_problems(["OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf " + wrong]) == []
+    assert any(
+        "exports http/protobuf to port 4317" in p
+        for p in otlp_command_problems(["OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:4317 acp-otel demo"])
+    )
+    assert any(
+        "only a traces pipeline" in p for p in otlp_command_problems([good.replace(" --logs_exporter none", "")])
+    )
+    # Commands are read from sh blocks, joined across continuation lines, without comments.
+    markdown = (
+        "text\n```sh\n# comment\nOTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:4318 \\\n"
+        "    opentelemetry-instrument python c.py\n```\n"
+    )
+    assert shell_commands(markdown) == [
+        "OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:4318 opentelemetry-instrument python c.py"
+    ]

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import gzip
+import http.client
 import json
 import os
+import socket
+import struct
 import subprocess
 import sys
 import textwrap
@@ -12,7 +15,8 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+import zlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -25,10 +29,21 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode, format_span_id, format_trace_id
 
-from acp_otel.demo.otlp_json import parse_otlp_json, read_otlp_json, write_otlp_json
-from acp_otel.demo.receiver import OtlpReceiver, ReceivedSpan
+from acp_otel.demo.otlp_json import filter_resource_spans, parse_otlp_json, read_otlp_json, write_otlp_json
+from acp_otel.demo.receiver import MAX_BODY_BYTES, OtlpReceiver, ReceivedSpan
 
 TIMEOUT = 15.0
+PROTOBUF = {"Content-Type": "application/x-protobuf"}
+# The attributes of the client session/prompt span _emit_turn creates (and _assert_turn expects back).
+CLIENT_ATTRIBUTES = {
+    "rpc.system.name": "jsonrpc",
+    "rpc.method": "session/prompt",
+    "acp.session.id": "sess-1",
+    "acp.prompt.blocks": 2,
+    "acp.ratio": 0.5,
+    "acp.streaming": True,
+    "acp.tags": ["a", "b"],
+}
 
 
 @pytest.fixture
@@ -51,15 +66,7 @@ def _emit_turn(provider: TracerProvider) -> dict[str, str]:
     with tracer.start_as_current_span(
         "session/prompt",
         kind=SpanKind.CLIENT,
-        attributes={
-            "rpc.system.name": "jsonrpc",
-            "rpc.method": "session/prompt",
-            "acp.session.id": "sess-1",
-            "acp.prompt.blocks": 2,
-            "acp.ratio": 0.5,
-            "acp.streaming": True,
-            "acp.tags": ["a", "b"],
-        },
+        attributes=CLIENT_ATTRIBUTES,
         links=[Link(warm.get_span_context(), {"link.reason": "warmup"})],
     ) as client:
         client.add_event("acp.update", {"acp.update.kind": "agent_message_chunk", "acp.seq": 1})
@@ -77,6 +84,15 @@ def _emit_turn(provider: TracerProvider) -> dict[str, str]:
         "server": format_span_id(server.get_span_context().span_id),
         "failing": format_span_id(failing.get_span_context().span_id),
     }
+
+
+def _export_turn(exporter: SpanExporter, service: str) -> dict[str, str]:
+    """Export one turn through ``exporter`` as ``service`` (provider shut down afterwards); return its ids."""
+    provider = _provider(exporter, service)
+    try:
+        return _emit_turn(provider)
+    finally:
+        provider.shutdown()
 
 
 def _by_id(spans: list[ReceivedSpan]) -> dict[str, ReceivedSpan]:
@@ -98,15 +114,7 @@ def _assert_turn(spans: list[ReceivedSpan], ids: dict[str, str], service: str) -
     assert (client.kind, server.kind, producer.kind, failing.kind) == ("CLIENT", "SERVER", "PRODUCER", "CONSUMER")
     assert by_id[ids["warm"]].kind == "INTERNAL"
 
-    assert client.attributes == {
-        "rpc.system.name": "jsonrpc",
-        "rpc.method": "session/prompt",
-        "acp.session.id": "sess-1",
-        "acp.prompt.blocks": 2,
-        "acp.ratio": 0.5,
-        "acp.streaming": True,
-        "acp.tags": ["a", "b"],
-    }
+    assert client.attributes == CLIENT_ATTRIBUTES
     assert [(e.name, e.attributes) for e in client.events] == [
         ("acp.update", {"acp.update.kind": "agent_message_chunk", "acp.seq": 1})
     ]
@@ -127,11 +135,7 @@ def _assert_turn(spans: list[ReceivedSpan], ids: dict[str, str], service: str) -
 
 def test_http_protobuf_export(receiver: OtlpReceiver) -> None:
     assert receiver.http_endpoint.startswith("http://127.0.0.1:")
-    provider = _provider(HttpSpanExporter(endpoint=receiver.http_traces_url), "acp-test-http")
-    try:
-        ids = _emit_turn(provider)
-    finally:
-        provider.shutdown()
+    ids = _export_turn(HttpSpanExporter(endpoint=receiver.http_traces_url), "acp-test-http")
     spans = receiver.wait_for_spans(count=5, timeout=TIMEOUT)
     _assert_turn(spans, ids, "acp-test-http")
     assert receiver.export_counts["http"] >= 1 and receiver.export_counts["grpc"] == 0
@@ -139,22 +143,14 @@ def test_http_protobuf_export(receiver: OtlpReceiver) -> None:
 
 def test_http_gzip_export(receiver: OtlpReceiver) -> None:
     exporter = HttpSpanExporter(endpoint=receiver.http_traces_url, compression=Compression.Gzip)
-    provider = _provider(exporter, "acp-test-gzip")
-    try:
-        ids = _emit_turn(provider)
-    finally:
-        provider.shutdown()
+    ids = _export_turn(exporter, "acp-test-gzip")
     _assert_turn(receiver.wait_for_spans(count=5, timeout=TIMEOUT), ids, "acp-test-gzip")
 
 
 def test_grpc_export(receiver: OtlpReceiver) -> None:
     assert receiver.grpc_endpoint.startswith("http://127.0.0.1:")
     assert receiver.grpc_endpoint != receiver.http_endpoint
-    provider = _provider(GrpcSpanExporter(endpoint=receiver.grpc_endpoint, insecure=True), "acp-test-grpc")
-    try:
-        ids = _emit_turn(provider)
-    finally:
-        provider.shutdown()
+    ids = _export_turn(GrpcSpanExporter(endpoint=receiver.grpc_endpoint, insecure=True), "acp-test-grpc")
     spans = receiver.wait_for_spans(count=5, timeout=TIMEOUT)
     _assert_turn(spans, ids, "acp-test-grpc")
     assert receiver.export_counts["grpc"] >= 1 and receiver.export_counts["http"] == 0
@@ -200,7 +196,7 @@ JSON_BODY = {
 }
 
 
-def test_http_json_body_and_gzip_json(receiver: OtlpReceiver) -> None:
+def test_http_json_gzip_protobuf_and_deflate_bodies_decode_alike(receiver: OtlpReceiver) -> None:
     body = json.dumps(JSON_BODY).encode()
     status, content_type, payload = _post(receiver.http_traces_url, body, {"Content-Type": "application/json"})
     assert (status, content_type, json.loads(payload)) == (200, "application/json", {})
@@ -210,7 +206,14 @@ def test_http_json_body_and_gzip_json(receiver: OtlpReceiver) -> None:
         {"Content-Type": "application/json", "Content-Encoding": "gzip"},
     )
     assert status == 200
-    spans = receiver.wait_for_spans(count=2, timeout=TIMEOUT)
+    # The same request as protobuf, plain and deflate-compressed.
+    protobuf = parse_otlp_json(body).SerializeToString()
+    status, content_type, _ = _post(receiver.http_traces_url, protobuf, PROTOBUF)
+    assert (status, content_type) == (200, "application/x-protobuf")
+    status, _, _ = _post(receiver.http_traces_url, zlib.compress(protobuf), {**PROTOBUF, "Content-Encoding": "deflate"})
+    assert status == 200
+    spans = receiver.wait_for_spans(count=4, timeout=TIMEOUT)
+    assert len(spans) == 4
     span = spans[0]
     assert span.trace_id == JSON_TRACE_ID
     assert (span.span_id, span.parent_span_id) == ("eee19b7ec3c1b174", "eee19b7ec3c1b173")
@@ -223,6 +226,9 @@ def test_http_json_body_and_gzip_json(receiver: OtlpReceiver) -> None:
     assert span.attributes == {"n": 42, "list": ["x"]}
     assert (span.status_code, span.status_message) == ("ERROR", "nope")
     assert span.duration_ns == 1_000_000_000
+    # JSON, gzip JSON, protobuf and deflate protobuf all decode to exactly the same span.
+    assert spans[1] == span and spans[2] == span and spans[3] == span
+    assert receiver.export_counts["http"] == 4
 
 
 def test_http_rejects_bad_requests(receiver: OtlpReceiver) -> None:
@@ -243,6 +249,163 @@ def test_http_rejects_bad_requests(receiver: OtlpReceiver) -> None:
     assert receiver.spans() == []
 
 
+# --------------------------------------------------------------------------- HTTP connection handling
+
+
+def _port(receiver: OtlpReceiver) -> int:
+    return int(receiver.http_endpoint.rsplit(":", 1)[1])
+
+
+def _one_span_request(name: str) -> bytes:
+    """A protobuf ExportTraceServiceRequest holding one span called ``name``."""
+    doc = json.loads(json.dumps(JSON_BODY))
+    doc["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["name"] = name
+    return parse_otlp_json(doc).SerializeToString()
+
+
+def _send_unread_404(conn: http.client.HTTPConnection, body: bytes) -> None:
+    conn.request("POST", "/v1/metrics", body=body, headers=PROTOBUF)
+
+
+def _send_without_length(conn: http.client.HTTPConnection, body: bytes) -> None:
+    conn.putrequest("POST", "/v1/traces")
+    conn.putheader("Content-Type", "application/x-protobuf")
+    conn.endheaders()
+    conn.send(body)
+
+
+def _send_too_large(conn: http.client.HTTPConnection, body: bytes) -> None:
+    conn.putrequest("POST", "/v1/traces")
+    conn.putheader("Content-Type", "application/x-protobuf")
+    conn.putheader("Content-Length", str(MAX_BODY_BYTES + 1))
+    conn.endheaders()
+    conn.send(body)  # the start of the announced body; the receiver refuses before reading it
+
+
+def _send_bad_chunk(conn: http.client.HTTPConnection, body: bytes) -> None:
+    conn.putrequest("POST", "/v1/traces")
+    conn.putheader("Content-Type", "application/x-protobuf")
+    conn.putheader("Transfer-Encoding", "chunked")
+    conn.endheaders()
+    conn.send(b"zz\r\n" + body + b"\r\n0\r\n\r\n")
+
+
+@pytest.mark.parametrize(
+    ("send", "status"),
+    [(_send_unread_404, 404), (_send_without_length, 411), (_send_too_large, 413), (_send_bad_chunk, 400)],
+    ids=["404-wrong-path", "411-no-length", "413-too-large", "400-bad-chunk"],
+)
+def test_early_error_reply_closes_the_connection(
+    receiver: OtlpReceiver, send: Callable[[http.client.HTTPConnection, bytes], None], status: int
+) -> None:
+    # The refused request carries a real OTLP body: left unread on a kept-alive connection, it would be
+    # parsed as the next request line.
+    refused, accepted = _one_span_request("refused"), _one_span_request("accepted")
+    conn = http.client.HTTPConnection("127.0.0.1", _port(receiver), timeout=TIMEOUT)
+    try:
+        send(conn, refused)
+        response = conn.getresponse()
+        response.read()
+        assert response.status == status
+        assert response.getheader("Connection") == "close"
+        # The same HTTPConnection object (it reconnects, as HTTP clients do after "Connection: close").
+        conn.request("POST", "/v1/traces", body=accepted, headers=PROTOBUF)
+        response = conn.getresponse()
+        response.read()
+        assert response.status == 200
+    finally:
+        conn.close()
+    assert [s.name for s in receiver.wait_for_spans(count=1, timeout=TIMEOUT)] == ["accepted"]
+    assert [s.name for s in receiver.spans()] == ["accepted"]
+
+
+def test_chunked_bodies_and_keep_alive(receiver: OtlpReceiver) -> None:
+    first, second = _one_span_request("first"), _one_span_request("second")
+    conn = http.client.HTTPConnection("127.0.0.1", _port(receiver), timeout=TIMEOUT)
+    try:
+        # Chunked (no Content-Length), in uneven pieces, and deflate-compressed in chunks.
+        pieces = [first[:5], first[5:7], first[7:]]
+        conn.request("POST", "/v1/traces", body=iter(pieces), headers=PROTOBUF, encode_chunked=True)
+        response = conn.getresponse()
+        response.read()
+        assert response.status == 200 and response.getheader("Connection") != "close"
+        sock = conn.sock
+        packed = zlib.compress(second)
+        conn.request(
+            "POST",
+            "/v1/traces",
+            body=iter([packed[:3], packed[3:]]),
+            headers={**PROTOBUF, "Content-Encoding": "deflate"},
+            encode_chunked=True,
+        )
+        response = conn.getresponse()
+        response.read()
+        assert response.status == 200
+        assert conn.sock is sock  # both requests went over one kept-alive connection
+    finally:
+        conn.close()
+    assert [s.name for s in receiver.wait_for_spans(count=2, timeout=TIMEOUT)] == ["first", "second"]
+
+
+@pytest.mark.parametrize("reset", [True, False], ids=["reset", "closed"])
+def test_client_gone_mid_body_is_silent(capfd: pytest.CaptureFixture[str], reset: bool) -> None:
+    complete = _one_span_request("truncated")
+    with OtlpReceiver(enable_grpc=False) as r:
+        sock = socket.create_connection(("127.0.0.1", _port(r)), timeout=TIMEOUT)
+        # The whole (valid) message, but announced as longer: the receiver must not decode the part it got.
+        sock.sendall(
+            b"POST /v1/traces HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-protobuf\r\n"
+            + f"Content-Length: {len(complete) + 100}\r\n\r\n".encode()
+            + complete
+        )
+        time.sleep(0.2)  # let the receiver start reading the body
+        if reset:  # an RST instead of a FIN: the receiver's read fails with ConnectionResetError
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.close()
+        # The receiver keeps serving.
+        status, _, _ = _post(r.http_traces_url, _one_span_request("after"), PROTOBUF)
+        assert status == 200
+        assert [s.name for s in r.wait_for_spans(count=1, timeout=TIMEOUT)] == ["after"]
+    # stop() has waited for the connection threads, so anything they printed is captured by now.
+    assert [s.name for s in r.spans()] == ["after"]
+    captured = capfd.readouterr()
+    assert captured.err == "" and captured.out == ""
+
+
+def _connection_threads(port: int) -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.is_alive() and t.name == f"otlp-http-receiver-{port}-conn"]
+
+
+def test_stop_ends_open_connections() -> None:
+    r = OtlpReceiver(enable_grpc=False).start()
+    port = _port(r)
+    idle = http.client.HTTPConnection("127.0.0.1", port, timeout=TIMEOUT)
+    stalled = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT)
+    try:
+        # A kept-alive connection waiting for its next request, and one stuck in the middle of its headers.
+        idle.request("POST", "/v1/traces", body=_one_span_request("one"), headers=PROTOBUF)
+        response = idle.getresponse()
+        response.read()
+        assert response.status == 200
+        stalled.sendall(b"POST /v1/traces HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        deadline = time.monotonic() + TIMEOUT
+        while len(_connection_threads(port)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(_connection_threads(port)) == 2
+
+        started = time.monotonic()
+        r.stop()
+        assert time.monotonic() - started < 3  # the threads were ended, not waited out
+        deadline = time.monotonic() + 2
+        while _connection_threads(port) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert _connection_threads(port) == []
+    finally:
+        idle.close()
+        stalled.close()
+        r.stop()
+
+
 def test_single_protocol_modes() -> None:
     with OtlpReceiver(enable_grpc=False) as http_only:
         assert http_only.http_endpoint.startswith("http://127.0.0.1:")
@@ -258,13 +421,15 @@ def test_single_protocol_modes() -> None:
 
 def test_stop_is_idempotent_and_endpoints_go_away() -> None:
     r = OtlpReceiver(enable_grpc=False).start()
-    url = r.http_traces_url
+    port = _port(r)
+    socket.create_connection(("127.0.0.1", port), timeout=2).close()  # listening while running
     r.stop()
     r.stop()
     with pytest.raises(RuntimeError):
         _ = r.http_endpoint
-    with pytest.raises(OSError):
-        urllib.request.urlopen(urllib.request.Request(url, data=b"", method="POST"), timeout=2)
+    # Nothing listens any more: the connection itself is refused (an HTTP error reply would not do).
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
 
 
 def test_wait_for_times_out_and_wakes_up(receiver: OtlpReceiver) -> None:
@@ -273,7 +438,7 @@ def test_wait_for_times_out_and_wakes_up(receiver: OtlpReceiver) -> None:
         receiver.wait_for_spans(count=1, timeout=0.3)
     assert time.monotonic() - started < 5
 
-    # A waiter blocked before the export arrives is woken by it (condition variable, not polling only).
+    # A waiter blocked before the export arrives is woken up when it does.
     body = json.dumps(JSON_BODY).encode()
     timer = threading.Timer(0.2, _post, args=(receiver.http_traces_url, body, {"Content-Type": "application/json"}))
     timer.start()
@@ -286,11 +451,7 @@ def test_wait_for_times_out_and_wakes_up(receiver: OtlpReceiver) -> None:
 
 
 def test_traces_grouping_and_clear(receiver: OtlpReceiver) -> None:
-    provider = _provider(HttpSpanExporter(endpoint=receiver.http_traces_url), "acp-test-group")
-    try:
-        ids = _emit_turn(provider)
-    finally:
-        provider.shutdown()
+    ids = _export_turn(HttpSpanExporter(endpoint=receiver.http_traces_url), "acp-test-group")
     receiver.wait_for_spans(count=5, timeout=TIMEOUT)
     traces = receiver.traces()
     assert set(traces) == {ids["trace"], ids["warm_trace"]}
@@ -355,11 +516,7 @@ def test_subprocess_exports_via_environment(receiver: OtlpReceiver, protocol: st
 
 
 def test_otlp_json_file_round_trip(receiver: OtlpReceiver, tmp_path: Path) -> None:
-    provider = _provider(HttpSpanExporter(endpoint=receiver.http_traces_url), "acp-test-json")
-    try:
-        ids = _emit_turn(provider)
-    finally:
-        provider.shutdown()
+    ids = _export_turn(HttpSpanExporter(endpoint=receiver.http_traces_url), "acp-test-json")
     receiver.wait_for_spans(count=5, timeout=TIMEOUT)
 
     path = tmp_path / "trace.jsonl"
@@ -393,6 +550,15 @@ def test_otlp_json_file_round_trip(receiver: OtlpReceiver, tmp_path: Path) -> No
     all_path = tmp_path / "all.jsonl"
     assert write_otlp_json(receiver.resource_spans(), all_path) == 5
     assert sorted(s.span_id for s in read_otlp_json(all_path)) == sorted(s.span_id for s in receiver.spans())
+
+    # Filtering never changes its input, and what resource_spans() hands out is the caller's to change.
+    mine = receiver.resource_spans()
+    before = [rs.SerializeToString() for rs in mine]
+    assert sum(len(ss.spans) for rs in filter_resource_spans(mine, ids["warm_trace"]) for ss in rs.scope_spans) == 1
+    assert [rs.SerializeToString() for rs in mine] == before
+    for rs in mine:
+        del rs.scope_spans[:]
+    assert write_otlp_json(receiver.resource_spans(), all_path) == 5
 
 
 def test_read_otlp_json_accepts_collector_style_lines(tmp_path: Path) -> None:

@@ -39,7 +39,8 @@ def span(
     )
 
 
-CLIENT, AGENT = "acp-example-client", "acp-example-agent"
+# The example client's service name, and the spawned agent's (derived from `python agent.py`).
+CLIENT, AGENT = "acp-example-client", "agent"
 
 
 def turn() -> list[ReceivedSpan]:
@@ -66,6 +67,18 @@ def names_of(output: str) -> list[str]:
     return [line[:service_col].rstrip() for line in span_lines(output)]
 
 
+def services_of(output: str) -> list[str]:
+    """The service column of every span row, located by the header's ``service`` label."""
+    service_col = strip_ansi(output).splitlines()[0].index("service")
+    return [line[service_col:].split()[0] for line in span_lines(output)]
+
+
+def timeline_col(output: str) -> int:
+    """Where the bar column starts: right after the header's (right-aligned) ``duration`` label."""
+    header = strip_ansi(output).splitlines()[0]
+    return header.index("duration") + len("duration") + 1
+
+
 def bar_of(line: str, bar_start_col: int) -> tuple[int, int]:
     """(offset, length) of the █ run within the bar column."""
     bar = line[bar_start_col:]
@@ -86,8 +99,7 @@ def test_tree_order_and_indentation() -> None:
     ]
     kinds = [re.search(r"\b(CLIENT|SERVER|PRODUCER|CONSUMER|INTERNAL)\b", line).group(1) for line in lines]
     assert kinds == ["CLIENT", "SERVER", "INTERNAL", "CLIENT", "SERVER", "PRODUCER"]
-    services = [CLIENT if CLIENT in line else AGENT for line in lines]
-    assert services == [CLIENT, AGENT, AGENT, AGENT, CLIENT, AGENT]
+    assert services_of(output) == [CLIENT, AGENT, AGENT, AGENT, CLIENT, AGENT]
 
 
 def test_durations_and_header() -> None:
@@ -107,8 +119,12 @@ def test_lines_fit_width_and_bars_are_proportional(width: int, color: bool) -> N
     assert all(len(line) <= width for line in plain)
 
     lines = span_lines(output)
-    # The bar column starts right after the duration column; the root span fills it completely.
-    bar_col = lines[0].index("█")
+    # The bar column starts right after the duration column (taken from the header, not from any bar);
+    # the root span fills it completely.
+    bar_col = timeline_col(output)
+    header = plain[0]
+    assert header[bar_col:].startswith(("0 ms", "100.0 ms"))  # the axis (just its end label when narrow)
+    assert all(line[bar_col - 1] == " " for line in lines)  # the column before the bars is the gap
     root_offset, root_len = bar_of(lines[0], bar_col)
     bar_width = width - bar_col
     assert root_offset == 0 and root_len == bar_width
@@ -198,7 +214,7 @@ def test_long_names_are_truncated_not_overflowing() -> None:
 
 
 def test_summary_line() -> None:
-    assert summary_line(turn()) == (f"6 spans · 2 services ({AGENT}, {CLIENT}) · 1 error · trace {TRACE}")
+    assert summary_line(turn()) == (f"6 spans · 2 services ({CLIENT}, {AGENT}) · 1 error · trace {TRACE}")
     # A span delivered twice (exporter retry) is counted once.
     assert summary_line([*turn(), turn()[0]]) == summary_line(turn())
     one = [span("01", "", "only", CLIENT, "CLIENT", 0, 1)]

@@ -51,31 +51,37 @@ def _hex_to_b64(value: str) -> str:
 
 
 def filter_resource_spans(resource_spans: Iterable[ResourceSpans], trace_id: str | None = None) -> list[ResourceSpans]:
-    """Copy ``resource_spans`` keeping only spans of ``trace_id`` (hex); empty scopes/resources are dropped."""
+    """Keep only spans of ``trace_id`` (hex, or all spans without it); empty scopes/resources are dropped.
+
+    The input is never modified. A resource whose spans are all kept is returned as it is (not copied);
+    only resources that lose spans are rebuilt, with copies of the spans they keep.
+    """
     wanted = bytes.fromhex(trace_id) if trace_id else None
     out: list[ResourceSpans] = []
     for rs in resource_spans:
-        copy = ResourceSpans()
-        copy.CopyFrom(rs)
-        if wanted is not None:
-            for ss in copy.scope_spans:
-                keep = [s for s in ss.spans if s.trace_id == wanted]
-                del ss.spans[:]
-                ss.spans.extend(keep)
-            keep_scopes = [ss for ss in copy.scope_spans if ss.spans]
-            del copy.scope_spans[:]
-            copy.scope_spans.extend(keep_scopes)
-        if any(ss.spans for ss in copy.scope_spans):
-            out.append(copy)
+        if not any(ss.spans for ss in rs.scope_spans):
+            continue
+        if wanted is None or all(ss.spans and all(s.trace_id == wanted for s in ss.spans) for ss in rs.scope_spans):
+            out.append(rs)
+            continue
+        kept = ResourceSpans(schema_url=rs.schema_url)
+        if rs.HasField("resource"):
+            kept.resource.CopyFrom(rs.resource)
+        for ss in rs.scope_spans:
+            spans = [s for s in ss.spans if s.trace_id == wanted]
+            if spans:
+                scope = kept.scope_spans.add(schema_url=ss.schema_url, spans=spans)
+                if ss.HasField("scope"):
+                    scope.scope.CopyFrom(ss.scope)
+        if kept.scope_spans:
+            out.append(kept)
     return out
 
 
 def resource_spans_to_otlp_json(resource_spans: Iterable[ResourceSpans]) -> dict[str, Any]:
     """Build the OTLP/JSON object ``{"resourceSpans": [...]}`` (hex ids, integer enums, int64 as strings)."""
-    data = TracesData()
-    data.resource_spans.extend(resource_spans)
-    as_dict = json_format.MessageToDict(data, use_integers_for_enums=True)
-    as_dict.setdefault("resourceSpans", [])
+    # Converted one by one: wrapping them in a TracesData would copy every message.
+    as_dict = {"resourceSpans": [json_format.MessageToDict(rs, use_integers_for_enums=True) for rs in resource_spans]}
     return _rewrite_ids(as_dict, _b64_to_hex)
 
 

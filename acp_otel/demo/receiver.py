@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import gzip
 import http.server
+import logging
+import socket
+import sys
 import threading
 import time
 import zlib
@@ -44,6 +47,17 @@ LOOPBACK = "127.0.0.1"
 TRACES_PATH = "/v1/traces"
 # Generous cap so a runaway client cannot make the demo process buffer unbounded data.
 MAX_BODY_BYTES = 64 * 1024 * 1024
+# An idle keep-alive connection is closed after this many seconds (stop() closes open ones at once).
+IDLE_TIMEOUT_S = 30.0
+# How long stop() waits for the HTTP connection threads after closing their sockets.
+STOP_JOIN_TIMEOUT_S = 5.0
+# After an error reply that left the request body unread, the connection is closed "lingering": the rest of
+# the body is read and dropped (up to these limits) so that closing does not reset the connection before
+# the client has read the reply.
+LINGER_S = 2.0
+LINGER_BYTES = 4 * 1024 * 1024
+
+_log = logging.getLogger(__name__)
 
 
 class SpanEvent(NamedTuple):
@@ -160,6 +174,10 @@ def spans_from_resource_spans(resource_spans: Iterable[ResourceSpans]) -> list[R
 # --------------------------------------------------------------------------- HTTP transport
 
 
+class _ClientGone(Exception):
+    """The client closed the connection before sending the whole body: nothing to answer."""
+
+
 class _HttpError(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
@@ -170,17 +188,23 @@ class _HttpError(Exception):
 class _OtlpHttpHandler(http.server.BaseHTTPRequestHandler):
     # HTTP/1.1 keeps the exporter's pooled connection alive between batches.
     protocol_version = "HTTP/1.1"
+    # Socket timeout: an idle keep-alive connection (or a stalled request) does not hold a thread forever.
+    timeout = IDLE_TIMEOUT_S
     server: _OtlpHttpServer
+    _linger = False
 
     def log_message(self, fmt: str, *args: Any) -> None:
         """Silence per-request logging; the demo prints its own output."""
 
     def do_POST(self) -> None:
         """Handle ``POST /v1/traces`` with protobuf or JSON OTLP bodies."""
+        body_read = False
         try:
             if self.path.split("?", 1)[0].rstrip("/") != TRACES_PATH:
                 raise _HttpError(404, f"only {TRACES_PATH} is served here")
-            body = self._decompress(self._read_body())
+            raw = self._read_body()
+            body_read = True
+            body = self._decompress(raw)
             content_type = self.headers.get("Content-Type", "application/x-protobuf").split(";", 1)[0].strip()
             if content_type == "application/json":
                 self._handle_json(body)
@@ -188,13 +212,17 @@ class _OtlpHttpHandler(http.server.BaseHTTPRequestHandler):
                 self._handle_protobuf(body)
             else:
                 raise _HttpError(415, f"unsupported Content-Type {content_type!r}")
+        except _ClientGone:
+            self.close_connection = True
         except _HttpError as exc:
-            self._reply(exc.status, "text/plain; charset=utf-8", exc.message.encode())
+            # An unread body would be parsed as the next request on this connection: close it instead.
+            self._reply(exc.status, "text/plain; charset=utf-8", exc.message.encode(), close=not body_read)
 
     def do_GET(self) -> None:
         """Answer 405 on the traces path (OTLP is POST only) and 404 elsewhere."""
         status = 405 if self.path.rstrip("/") == TRACES_PATH else 404
-        self._reply(status, "text/plain; charset=utf-8", b"POST OTLP traces to /v1/traces\n")
+        has_body = self.headers.get("Content-Length", "0").strip() != "0" or "Transfer-Encoding" in self.headers
+        self._reply(status, "text/plain; charset=utf-8", b"POST OTLP traces to /v1/traces\n", close=has_body)
 
     # -- helpers
 
@@ -230,13 +258,21 @@ class _OtlpHttpHandler(http.server.BaseHTTPRequestHandler):
             raise _HttpError(400, "bad Content-Length") from exc
         if length < 0 or length > MAX_BODY_BYTES:
             raise _HttpError(413, "request body too large")
-        return self.rfile.read(length)
+        return self._read_exactly(length)
+
+    def _read_exactly(self, length: int) -> bytes:
+        data = self.rfile.read(length)
+        if len(data) != length:  # EOF: a truncated body must not be decoded (it may even parse)
+            raise _ClientGone
+        return data
 
     def _read_chunked(self) -> bytes:
         chunks: list[bytes] = []
         total = 0
         while True:
             size_line = self.rfile.readline(1024)
+            if not size_line:
+                raise _ClientGone
             try:
                 size = int(size_line.split(b";", 1)[0].strip(), 16)
             except ValueError as exc:
@@ -249,7 +285,7 @@ class _OtlpHttpHandler(http.server.BaseHTTPRequestHandler):
             total += size
             if total > MAX_BODY_BYTES:
                 raise _HttpError(413, "request body too large")
-            chunks.append(self.rfile.read(size))
+            chunks.append(self._read_exactly(size))
             self.rfile.readline(8)  # CRLF after each chunk
 
     def _decompress(self, body: bytes) -> bytes:
@@ -265,12 +301,41 @@ class _OtlpHttpHandler(http.server.BaseHTTPRequestHandler):
             return body
         raise _HttpError(415, f"unsupported Content-Encoding {encoding!r}")
 
-    def _reply(self, status: int, content_type: str, payload: bytes) -> None:
+    def _reply(self, status: int, content_type: str, payload: bytes, *, close: bool = False) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(payload)))
+        if close:
+            self.send_header("Connection", "close")
+            self.close_connection = True
+            self._linger = True
         self.end_headers()
         self.wfile.write(payload)
+
+    def finish(self) -> None:
+        super().finish()
+        if self._linger:
+            self._drain_and_close()
+
+    def _drain_and_close(self) -> None:
+        # Closing a socket with unread input sends a reset, which can destroy the reply in flight. So send
+        # our FIN first, then read and drop what the client still sends until it closes its side too.
+        sock = self.connection
+        try:
+            sock.shutdown(socket.SHUT_WR)
+            deadline = time.monotonic() + LINGER_S
+            drained = 0
+            while drained < LINGER_BYTES:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                sock.settimeout(remaining)
+                data = sock.recv(65536)
+                if not data:
+                    break
+                drained += len(data)
+        except OSError:
+            pass
 
 
 class _OtlpHttpServer(http.server.ThreadingHTTPServer):
@@ -281,6 +346,48 @@ class _OtlpHttpServer(http.server.ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], receiver: OtlpReceiver) -> None:
         super().__init__(address, _OtlpHttpHandler)
         self.receiver = receiver
+        self.thread_name = f"otlp-http-receiver-{self.server_address[1]}-conn"
+        # Open connections and the threads serving them, so that stop() can end them.
+        self._connections: dict[socket.socket, threading.Thread] = {}
+        self._connections_lock = threading.Lock()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """Serve the connection in a named daemon thread that :meth:`close_connections` can end."""
+        thread = threading.Thread(
+            target=self.process_request_thread, args=(request, client_address), name=self.thread_name, daemon=True
+        )
+        # Registered here, in the serving thread, so that after shutdown() every started thread is known.
+        with self._connections_lock:
+            self._connections[request] = thread
+        thread.start()
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            with self._connections_lock:
+                self._connections.pop(request, None)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Log at debug level instead of printing a traceback: a client going away is not our problem."""
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (ConnectionError, TimeoutError)):
+            _log.debug("OTLP/HTTP client %s went away: %r", client_address, exc)
+        else:
+            _log.debug("error while serving OTLP/HTTP client %s", client_address, exc_info=True)
+
+    def close_connections(self, timeout: float) -> None:
+        """Shut down the sockets of open connections and wait (up to ``timeout`` s) for their threads."""
+        with self._connections_lock:
+            open_connections = list(self._connections.items())
+        for sock, _thread in open_connections:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)  # wakes a thread blocked reading the next request
+            except OSError:
+                pass
+        deadline = time.monotonic() + timeout
+        for _sock, thread in open_connections:
+            thread.join(max(0.0, deadline - time.monotonic()))
 
 
 # --------------------------------------------------------------------------- receiver
@@ -376,6 +483,7 @@ class OtlpReceiver:
         if self._http_server is not None:
             self._http_server.shutdown()
             self._http_server.server_close()
+            self._http_server.close_connections(STOP_JOIN_TIMEOUT_S)
             self._http_server = None
         if self._http_thread is not None:
             self._http_thread.join(timeout=5)
@@ -437,17 +545,13 @@ class OtlpReceiver:
     # -- store
 
     def _ingest(self, resource_spans: Iterable[ResourceSpans], transport: str) -> None:
+        # Stored as they are, without a copy: both transports build a new request message per export and
+        # never touch it again, and the store hands out only copies (resource_spans()).
         batch = list(resource_spans)
         decoded = spans_from_resource_spans(batch)
-        copies = []
-        for rs in batch:
-            # Copy: the request message belongs to the transport and may be reused after we return.
-            copy = ResourceSpans()
-            copy.CopyFrom(rs)
-            copies.append(copy)
         with self._cond:
             self._spans.extend(decoded)
-            self._resource_spans.extend(copies)
+            self._resource_spans.extend(batch)
             self._export_counts[transport] = self._export_counts.get(transport, 0) + 1
             self._cond.notify_all()
 
@@ -460,7 +564,11 @@ class OtlpReceiver:
         return spans
 
     def resource_spans(self) -> list[ResourceSpans]:
-        """Return copies of the raw ``ResourceSpans`` protobufs as received (for :func:`write_otlp_json`)."""
+        """Return copies of the raw ``ResourceSpans`` protobufs as received (for :func:`write_otlp_json`).
+
+        Copies, so that a caller changing them cannot change the store; the stored messages themselves are
+        never modified, so copying outside the lock is safe.
+        """
         with self._cond:
             originals = list(self._resource_spans)
         copies = []

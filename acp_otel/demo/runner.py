@@ -10,7 +10,9 @@ the SDK, and acp-otel hands the agent the OpenTelemetry configuration with servi
   embedded OTLP receiver on a free loopback port; the trace is printed as a waterfall with a summary
   line and written to an OTLP JSON file (the Collector file exporter's format).
 * With an endpoint set, they export there (``http/protobuf`` unless ``OTEL_EXPORTER_OTLP_PROTOCOL``
-  says otherwise) and the trace id is printed, to look up in Jaeger or Tempo.
+  says otherwise) and the trace id is printed, to look up in Jaeger or Tempo. The demo cannot see that
+  endpoint's side, so it reads the client's stderr (which carries the agent's too): if the OTLP exporters
+  report a lost batch (nothing listening, wrong protocol for the port, ...) the demo fails instead.
 
 Failures end with a one-line message on stderr and exit status 1, never a traceback.
 """
@@ -35,6 +37,10 @@ ENDPOINT_VARS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPO
 # Lines of the example client's output shown in the excerpt (it tags every line, see examples/README.md).
 EXCERPT_TAGS = ("[init]", "[session]", "[prompt]", "[permission]", "[fs]", "[ext]", "[notify]", "[stop]")
 EXCERPT_FALLBACK_LINES = 12
+# What the OTLP exporters (HTTP and gRPC) log when a batch is finally lost; "Transient error" lines are
+# retries that may still succeed.
+EXPORT_FAILURE_MARKERS = ("Failed to export", "aborting retry")
+EXPORT_RETRY_MARKER = "Transient error"
 
 
 class DemoError(Exception):
@@ -54,22 +60,31 @@ class DemoOptions:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Declare the ``demo`` subcommand's options on ``parser``."""
+    """Declare the ``demo`` subcommand's options on ``parser`` (defaults: those of :class:`DemoOptions`)."""
+    defaults = DemoOptions()
     parser.add_argument(
         "-o",
         "--output",
         type=Path,
-        default=Path(DEFAULT_OUTPUT),
+        default=defaults.output,
         help="OTLP JSON file for the trace (embedded receiver only; default: %(default)s)",
     )
     parser.add_argument(
-        "--examples", type=Path, default=None, help="directory with client.py and agent.py (default: the repo's)"
+        "--examples",
+        type=Path,
+        default=defaults.examples,
+        help="directory with client.py and agent.py (default: the repo's)",
     )
-    parser.add_argument("--width", type=int, default=None, help="waterfall width (default: terminal width)")
+    parser.add_argument("--width", type=int, default=defaults.width, help="waterfall width (default: terminal width)")
     parser.add_argument(
-        "--color", choices=("auto", "always", "never"), default="auto", help="ANSI colors (default: %(default)s)"
+        "--color",
+        choices=("auto", "always", "never"),
+        default=defaults.color,
+        help="ANSI colors (default: %(default)s)",
     )
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds the client may run (default: %(default)s)")
+    parser.add_argument(
+        "--timeout", type=float, default=defaults.timeout, help="seconds the client may run (default: %(default)s)"
+    )
     parser.add_argument(
         "client_args", nargs=argparse.REMAINDER, help="arguments for examples/client.py, after -- (e.g. -- --reject)"
     )
@@ -175,10 +190,14 @@ def client_environment(base: dict[str, str], exporter_env: dict[str, str] | None
 
 
 def run_client(
-    examples: Path, env: dict[str, str], client_args: tuple[str, ...], timeout: float, cwd: Path | None = None
+    instrument: str,
+    examples: Path,
+    env: dict[str, str],
+    client_args: tuple[str, ...],
+    timeout: float,
+    cwd: Path | None = None,
 ) -> ClientRun:
-    """Run ``examples/client.py`` under ``opentelemetry-instrument`` inside the demo's root span."""
-    instrument = find_opentelemetry_instrument()
+    """Run ``examples/client.py`` under ``instrument`` (``opentelemetry-instrument``) inside the demo's root span."""
     with tempfile.TemporaryDirectory(prefix="acp-otel-demo-") as tmp:
         trace_id_file = Path(tmp) / "trace-id"
         command = [
@@ -238,13 +257,13 @@ def run_demo(options: DemoOptions, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     check_requirements()
     examples = find_examples(options.examples)
-    find_opentelemetry_instrument()
+    instrument = find_opentelemetry_instrument()
     width = options.width or min(shutil.get_terminal_size((110, 24)).columns, 140)
     color = _use_color(options.color, out)
     endpoint = next((os.environ[v] for v in ENDPOINT_VARS if os.environ.get(v)), None)
     if endpoint is not None:
-        return _run_with_endpoint(options, examples, endpoint, width, out)
-    return _run_with_receiver(options, examples, width, color, out)
+        return _run_with_endpoint(options, instrument, examples, endpoint, width, out)
+    return _run_with_receiver(options, instrument, examples, width, color, out)
 
 
 def _print_client_output(run: ClientRun, width: int, out: TextIO) -> None:
@@ -267,14 +286,43 @@ def _check_client(run: ClientRun) -> None:
         )
 
 
-def _run_with_endpoint(options: DemoOptions, examples: Path, endpoint: str, width: int, out: TextIO) -> int:
+def export_problems(stderr: str) -> tuple[list[str], list[str]]:
+    """The exporters' log lines in ``stderr`` of lost batches and of retries (which may have succeeded)."""
+    lines = [line.strip() for line in stderr.splitlines()]
+    failures = [line for line in lines if any(marker in line for marker in EXPORT_FAILURE_MARKERS)]
+    retries = [line for line in lines if EXPORT_RETRY_MARKER in line]
+    return failures, retries
+
+
+def _check_export(run: ClientRun, endpoint: str, err: TextIO) -> None:
+    failures, retries = export_problems(run.stderr)
+    if failures:
+        first = failures[0] if len(failures[0]) <= 300 else failures[0][:299] + "…"
+        raise DemoError(
+            f"spans were not exported to {endpoint} (is a collector listening there, with the right "
+            f"OTEL_EXPORTER_OTLP_PROTOCOL?); {len(failures)} exporter error(s), the first: {first}"
+        )
+    if retries:
+        print(
+            f"acp-otel demo: warning: the exporter had to retry {len(retries)} time(s) sending to {endpoint}; "
+            "the trace may be incomplete",
+            file=err,
+        )
+
+
+def _run_with_endpoint(
+    options: DemoOptions, instrument: str, examples: Path, endpoint: str, width: int, out: TextIO
+) -> int:
     env = client_environment(dict(os.environ), None)
     protocol = env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL")
     print(f"acp-otel demo: example client and agent, exporting OTLP ({protocol}) to {endpoint}", file=out)
     print(file=out)
-    run = run_client(examples, env, options.client_args, options.timeout)
+    run = run_client(instrument, examples, env, options.client_args, options.timeout)
     _check_client(run)
     _print_client_output(run, width, out)
+    # Exporting happens in the background and a failure does not change the client's exit status: the
+    # exporters only log it (to the client's stderr, which also carries the agent's).
+    _check_export(run, endpoint, sys.stderr)
     print(f"trace id: {run.trace_id}", file=out)
     print(
         f"look it up in Jaeger (http://localhost:16686/trace/{run.trace_id}) or in Grafana "
@@ -284,7 +332,9 @@ def _run_with_endpoint(options: DemoOptions, examples: Path, endpoint: str, widt
     return 0
 
 
-def _run_with_receiver(options: DemoOptions, examples: Path, width: int, color: bool, out: TextIO) -> int:
+def _run_with_receiver(
+    options: DemoOptions, instrument: str, examples: Path, width: int, color: bool, out: TextIO
+) -> int:
     from acp_otel.demo.otlp_json import write_otlp_json
     from acp_otel.demo.receiver import OtlpReceiver
     from acp_otel.demo.waterfall import render_waterfall, summary_line
@@ -297,7 +347,7 @@ def _run_with_receiver(options: DemoOptions, examples: Path, width: int, color: 
         )
         print(file=out)
         env = client_environment(dict(os.environ), receiver.exporter_env("http/protobuf"))
-        run = run_client(examples, env, options.client_args, options.timeout)
+        run = run_client(instrument, examples, env, options.client_args, options.timeout)
         _check_client(run)
         _print_client_output(run, width, out)
 

@@ -1,12 +1,12 @@
 """Render a trace as a terminal waterfall (pure functions, no I/O).
 
-Example output (``width=100``)::
+Example output (``width=100``; the agent's service name ``agent`` comes from ``python agent.py``)::
 
-    span                            service             kind      duration  0 ms                    52.10 ms
-    session/prompt                  acp-example-client  CLIENT    52.10 ms  ██████████████████████████████
-    ├─ session/prompt               acp-example-agent   SERVER    50.00 ms   █████████████████████████████
-    │  └─ ✗ fs/read_text_file       acp-example-client  SERVER     2.10 ms        █
-    │       ✗ file not found
+    span                      service            kind     duration 0 ms                         52.10 ms
+    session/prompt            acp-example-client CLIENT   52.10 ms █████████████████████████████████████
+    └─ session/prompt         agent              SERVER   50.00 ms ████████████████████████████████████
+       └─ ✗ fs/read_text_file acp-example-client SERVER    2.10 ms     █
+             ✗ file not found
 """
 
 from __future__ import annotations
@@ -198,7 +198,7 @@ def _header(name_w: int, service_w: int, dur_w: int, bar_w: int, total_ns: int, 
 
 
 def summary_line(spans: list[ReceivedSpan]) -> str:
-    """One-line summary, e.g. ``17 spans · 2 services (agent, client) · trace 4bf92f35...`` (full trace id).
+    """One-line summary, e.g. ``17 spans · 2 services (acp-example-client, agent) · trace 4bf92f35...`` (full trace id).
 
     Errors are counted when present; several traces are listed as ``traces id1, id2``.
     """

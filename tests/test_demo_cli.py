@@ -1,0 +1,96 @@
+"""``acp-otel demo`` argument handling and its failure when the spans cannot be exported."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from acp_otel import cli
+from acp_otel.demo import runner
+
+ACP_OTEL = str(Path(sys.executable).parent / "acp-otel")
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def clean_env() -> dict[str, str]:
+    """This process's environment without any OpenTelemetry configuration."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_") and k not in ("TRACEPARENT", "TRACESTATE")}
+    env.pop("PYTHONPATH", None)
+    return env
+
+
+@pytest.fixture
+def closed_port() -> Iterator[int]:
+    """A loopback port that refuses connections: bound (so nobody else takes it) but not listening."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    try:
+        yield sock.getsockname()[1]
+    finally:
+        sock.close()
+
+
+def test_parser_defaults_are_the_options_defaults() -> None:
+    args = cli.build_parser().parse_args(["demo"])
+    assert runner.options_from_args(args) == runner.DemoOptions()
+    args = cli.build_parser().parse_args(["demo", "--timeout", "5", "--", "--reject"])
+    options = runner.options_from_args(args)
+    assert options.timeout == 5.0 and options.client_args == ("--reject",)
+
+
+def test_export_problems_tells_lost_batches_from_retries() -> None:
+    stderr = "\n".join(
+        [
+            "[agent] INFO session started",
+            "[client] WARNING Transient error 503 encountered while exporting span batch, retrying in 1.00s.",
+            "[client] ERROR Failed to export spans batch due to timeout, max retries or shutdown.",
+            "[agent] WARNING Shutdown in progress, aborting retry.",
+        ]
+    )
+    failures, retries = runner.export_problems(stderr)
+    assert failures == [
+        "[client] ERROR Failed to export spans batch due to timeout, max retries or shutdown.",
+        "[agent] WARNING Shutdown in progress, aborting retry.",
+    ]
+    assert len(retries) == 1
+    assert runner.export_problems("[agent] INFO fine\n") == ([], [])
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
+def test_demo_fails_when_nothing_can_be_exported(closed_port: int, tmp_path: Path, protocol: str) -> None:
+    endpoint = f"http://127.0.0.1:{closed_port}"
+    env = clean_env()
+    env.update(
+        {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
+            "OTEL_EXPORTER_OTLP_PROTOCOL": protocol,
+            # Give up quickly instead of retrying for the default 10 s per batch.
+            "OTEL_EXPORTER_OTLP_TIMEOUT": "2",
+        }
+    )
+    done = subprocess.run(
+        [ACP_OTEL, "demo", "--examples", str(EXAMPLES)],
+        env=env,
+        cwd=str(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    # The client itself ran fine; only the export failed.
+    assert "[stop] end_turn" in done.stdout
+    assert "trace id:" not in done.stdout
+    errors = [line for line in done.stderr.splitlines() if line.startswith("acp-otel demo: error:")]
+    assert len(errors) == 1, done.stderr
+    assert f"spans were not exported to {endpoint}" in errors[0]
+    assert "Failed to export" in errors[0]
+    assert "Traceback" not in done.stdout + done.stderr
+    assert not (tmp_path / runner.DEFAULT_OUTPUT).exists()
