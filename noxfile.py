@@ -1,6 +1,6 @@
 """Compatibility matrix: acp-otel against agent-client-protocol releases and Python versions.
 
-    nox -s matrix      # core span-contract tests, every (Python, SDK) pair below
+    nox -s matrix      # core span-contract tests, every (Python, SDK) pair below (+ faults, hostile on NEXT)
     nox -s sdk_suite   # the SDK's own test suite, plain and traced, per SDK release
     nox                # both (what scripts/matrix.sh runs)
 
@@ -30,6 +30,8 @@ SDK_SUITE_PYTHON = "3.12"
 
 # The core span-contract tests (test_core*.py, new files included) and the per-release hook checks.
 CORE_TESTS = ("tests/test_core*.py",)
+# Also run against the next major, whose cancellation and error paths differ (the tests branch on them).
+NEXT_TESTS = ("tests/test_faults.py", "tests/test_hostile.py")
 
 MATRIX = [
     *(nox.param(py, sdk, id=f"python='{py}', sdk='{sdk}'") for sdk in (LATEST, NEXT) for py in PYTHONS),
@@ -87,11 +89,13 @@ def _install(session: nox.Session, sdk: str, extras: str = "") -> None:
 @nox.session
 @nox.parametrize(("python", "sdk"), MATRIX)
 def matrix(session: nox.Session, sdk: str) -> None:
-    """Core span-contract tests against one SDK release on one Python."""
+    """Core span-contract tests against one SDK release on one Python (with the NEXT release: fault and
+    hostile-input tests too)."""
     _install(session, sdk, "[test]")
-    tests = session.posargs or sorted({path for pattern in CORE_TESTS for path in glob.glob(pattern)})
+    patterns = CORE_TESTS + (NEXT_TESTS if sdk == NEXT else ())
+    tests = session.posargs or sorted({path for pattern in patterns for path in glob.glob(pattern)})
     if not tests:
-        session.error(f"no test files match {CORE_TESTS}")
+        session.error(f"no test files match {patterns}")
     # The pytest script (not python -m pytest) keeps the repo root off sys.path: the installed
     # package is what gets tested.
     session.run("pytest", "-q", "-p", "no:cacheprovider", *tests)
@@ -102,5 +106,4 @@ def matrix(session: nox.Session, sdk: str) -> None:
 def sdk_suite(session: nox.Session, sdk: str) -> None:
     """The SDK's own tests from its sdist, run plain and with tracing on (see scripts/sdk_suite.py)."""
     _install(session, sdk)
-    report = os.path.join(".nox", "_sdk_suite", f"summary-{sdk}.json")
-    session.run("python", "scripts/sdk_suite.py", sdk, "--json", report)
+    session.run("python", "scripts/sdk_suite.py", sdk)  # its summary: summary-SDK.json in the sdist cache

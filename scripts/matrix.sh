@@ -14,18 +14,23 @@ fi
 if ! .venv/bin/python -c "import nox" 2>/dev/null; then
     .venv/bin/python -m pip install -q "nox>=2024.4.15"
 fi
+# scripts/sdk_suite.py writes one summary-VERSION.json per SDK-suite run into the sdist cache folder;
+# remove those of earlier runs so that only this run's are printed.
+cache="$(.venv/bin/python tests/sdk_sdist.py)"
+rm -f "$cache"/summary-*.json
 start=$SECONDS
 status=0
 .venv/bin/python -m nox "$@" || status=$?
-# One line per SDK-suite run (written by scripts/sdk_suite.py), then the wall time.
-for summary in .nox/_sdk_suite/summary-*.json; do
+# One line per SDK-suite run, then the wall time.
+for summary in "$cache"/summary-*.json; do
     [ -e "$summary" ] || continue
     .venv/bin/python - "$summary" <<'EOF'
 import json, sys
 s = json.load(open(sys.argv[1]))
 fmt = lambda c: f"{c['passed']} passed, {c['failed'] + c['error']} failed, {c['skipped']} skipped"
 print(f"sdk_suite {s['sdk']:>9} (Python {s['python']}): plain {fmt(s['plain'])} | traced {fmt(s['traced'])}"
-      f" | {s['spans'].get('spans', 0)} spans | failing only traced: {s['failed_only_traced'] or 'none'}")
+      f" | {s['spans'].get('spans', 0)} spans | failing only traced: {s['failed_only_traced'] or 'none'}"
+      f" | missing traced: {s['missing_traced'] or 'none'} | problems: {s['problems'] or 'none'}")
 EOF
 done
 echo "matrix.sh: nox exit status $status, wall time $((SECONDS - start)) s"

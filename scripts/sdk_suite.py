@@ -12,9 +12,14 @@ lint and docs tools), then run its ``tests/`` from the unpacked tree, which impo
 second run loads ``tests/sdk_suite_plugin.py`` (``-p sdk_suite_plugin``), which instruments before any
 test and fails the run if no span was produced.
 
-Exit status is 0 when every test that passes plain also passes traced (after deselecting the tests in
-``DESELECT_TRACED``, which assert wire payloads that our ``_meta`` keys necessarily change). A test
-that fails only when traced is re-run once, traced, to tell a flaky test from a real regression.
+Exit status is 0 when both runs completed (pytest exit status 0 or 1), the plain run passed some tests,
+the traced run produced spans, and every test that passes plain also passes traced (after deselecting the
+tests in ``DESELECT_TRACED``, which assert wire payloads that our ``_meta`` keys necessarily change): a
+test that passed plain and is missing from the traced run counts as failed. A test that fails only when
+traced is re-run once, traced, to tell a flaky test from a real regression.
+
+The summary goes to ``summary-VERSION.json`` in the sdist cache folder (``tests/sdk_sdist.py``) unless
+``--json`` names another file. Needs Python 3.11+ (``tomllib``); the ``sdk_suite`` nox session uses 3.12.
 """
 
 from __future__ import annotations
@@ -26,24 +31,22 @@ import re
 import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    tomllib = None  # type: ignore[assignment]
+import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
-PLUGIN = ROOT / "tests" / "sdk_suite_plugin.py"
-CACHE = Path(os.environ.get("ACP_OTEL_SDK_CACHE", ROOT / ".nox" / "_sdk_suite"))
+sys.path.insert(0, str(ROOT / "tests"))
+
+import sdk_sdist  # noqa: E402 - tests/ holds the one sdist fetcher (shared with tests/test_e2e.py)
+
+# The plugin, and the module it imports, are copied next to each other for the traced run.
+PLUGIN_FILES = [ROOT / "tests" / "sdk_suite_plugin.py", ROOT / "tests" / "span_file_exporter.py"]
 
 # Dev-group entries that are lint, type-check, packaging or docs tools: never needed to run tests.
 NOT_FOR_TESTS = {"tox-uv", "deptry", "ty", "ruff", "mkdocs", "mkdocs-material", "mkdocstrings", "prek", "pre-commit"}
-# Used when the pyproject cannot be read (Python 3.10 has no tomllib).
-FALLBACK_TEST_REQUIREMENTS = ["pytest>=7.2.0", "pytest-asyncio>=0.21.0"]
 
 # Tests deselected in the traced run only: {version prefix: [(node id, reason)]}. Each must assert an
 # exact wire payload that the three W3C keys we add to params._meta necessarily change.
@@ -68,42 +71,17 @@ def run(cmd: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
 
 def fetch_sdist(version: str) -> Path:
     """The unpacked sdist of ``agent-client-protocol==version`` (downloaded once into the cache)."""
-    CACHE.mkdir(parents=True, exist_ok=True)
-    unpacked = CACHE / f"agent_client_protocol-{version}"
-    if (unpacked / "tests").is_dir():
-        return unpacked
-    archive = CACHE / f"agent_client_protocol-{version}.tar.gz"
-    if not archive.exists():
-        proc = run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "download",
-                "-q",
-                "--no-binary",
-                ":all:",
-                "--no-deps",
-                f"agent-client-protocol=={version}",
-                "-d",
-                str(CACHE),
-            ]
-        )
-        if proc.returncode != 0 or not archive.exists():
-            sys.exit(f"could not download the sdist of agent-client-protocol=={version}")
-    with tempfile.TemporaryDirectory(dir=CACHE) as tmp, tarfile.open(archive) as tar:
-        if hasattr(tarfile, "data_filter"):
-            tar.extractall(tmp, filter="data")
-        else:  # pragma: no cover - Python before 3.10.12
-            tar.extractall(tmp)
-        shutil.move(str(Path(tmp) / unpacked.name), unpacked)
+    try:
+        unpacked = sdk_sdist.fetch_sdist(version)
+    except (RuntimeError, subprocess.TimeoutExpired) as exc:
+        sys.exit(str(exc))
+    if not (unpacked / "tests").is_dir():
+        sys.exit(f"the sdist of agent-client-protocol=={version} has no tests/ folder: {unpacked}")
     return unpacked
 
 
 def test_requirements(sdist: Path) -> list[str]:
     """The SDK's test requirements: its ``dev`` dependency group without lint and docs tools."""
-    if tomllib is None:
-        return FALLBACK_TEST_REQUIREMENTS
     data = tomllib.loads((sdist / "pyproject.toml").read_text(encoding="utf-8"))
     group = data.get("dependency-groups", {}).get("dev", [])
     reqs = []
@@ -113,7 +91,9 @@ def test_requirements(sdist: Path) -> list[str]:
         name = re.split(r"[\s\[<>=!~;]", entry, maxsplit=1)[0].lower()
         if name not in NOT_FOR_TESTS:
             reqs.append(entry)
-    return reqs or FALLBACK_TEST_REQUIREMENTS
+    if not any(r.lower().startswith("pytest") for r in reqs):
+        sys.exit(f"no pytest in the dev dependency group of {sdist / 'pyproject.toml'}: {group}")
+    return reqs
 
 
 def install_requirements(version: str, reqs: list[str]) -> None:
@@ -163,7 +143,8 @@ def pytest_run(
     if traced:
         plugin_dir = junit.parent / "plugin"
         plugin_dir.mkdir(exist_ok=True)
-        shutil.copy(PLUGIN, plugin_dir / PLUGIN.name)
+        for path in PLUGIN_FILES:
+            shutil.copy(path, plugin_dir / path.name)
         env["PYTHONPATH"] = str(plugin_dir)
         if report is not None:
             env["ACP_OTEL_SUITE_REPORT"] = str(report)
@@ -188,7 +169,7 @@ def pytest_run(
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("version", help="agent-client-protocol release whose sdist tests to run")
-    parser.add_argument("--json", type=Path, help="write the summary here as JSON")
+    parser.add_argument("--json", type=Path, help="write the summary here as JSON (default: in the sdist cache)")
     parser.add_argument("--skip-install", action="store_true", help="the test requirements are installed")
     args = parser.parse_args()
     version: str = args.version
@@ -204,17 +185,33 @@ def main() -> int:
     ]
     deselect_args = [arg for node, _ in deselected for arg in ("--deselect", node)]
 
+    problems: list[str] = []
     with tempfile.TemporaryDirectory(prefix="acp-sdk-suite-") as tmp:
         work = Path(tmp)
-        pytest_run(sdist, work / "plain.xml", traced=False, extra=[])
-        plain = parse_junit(work / "plain.xml")
+        plain_proc = pytest_run(sdist, work / "plain.xml", traced=False, extra=[])
+        plain = parse_junit(work / "plain.xml") if (work / "plain.xml").exists() else {}
         traced_proc = pytest_run(
             sdist, work / "traced.xml", traced=True, extra=deselect_args, report=work / "spans.json"
         )
-        traced = parse_junit(work / "traced.xml")
+        traced = parse_junit(work / "traced.xml") if (work / "traced.xml").exists() else {}
         spans = json.loads((work / "spans.json").read_text()) if (work / "spans.json").exists() else {}
 
+        # pytest exit status 0: all passed, 1: some failed; anything else: the run itself did not complete.
+        for name, proc in (("plain", plain_proc), ("traced", traced_proc)):
+            if proc.returncode not in (0, 1):
+                problems.append(f"the {name} run did not complete (pytest exit status {proc.returncode})")
+        if counts(plain)["passed"] == 0:
+            problems.append("the plain run passed no test")
+        if spans.get("spans", 0) == 0:
+            problems.append("the traced run produced no span")
+
         bad = ("failed", "error")
+        deselected_nodes = {node for node, _ in deselected}
+        missing = sorted(
+            t
+            for t, o in plain.items()
+            if o == "passed" and t not in traced and _node_id(sdist, t) not in deselected_nodes
+        )
         only_traced = sorted(t for t, o in traced.items() if o in bad and plain.get(t) not in bad)
         flaky: list[str] = []
         if only_traced:
@@ -233,16 +230,19 @@ def main() -> int:
         "traced": counts(traced),
         "deselected_traced": [{"test": node, "reason": reason} for node, reason in deselected],
         "failed_only_traced": only_traced,
+        "missing_traced": missing,
         "flaky_only_traced": flaky,
         "failed_plain": sorted(t for t, o in plain.items() if o in bad),
         "spans": spans,
+        "plain_exit": plain_proc.returncode,
         "traced_exit": traced_proc.returncode,
+        "problems": problems,
     }
     log(json.dumps(summary, indent=2))
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(summary, indent=2), encoding="utf-8")
-    ok = not only_traced and spans.get("spans", 0) > 0
+    out = args.json or sdk_sdist.CACHE / f"summary-{version}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    ok = not only_traced and not missing and not problems
     log(("OK" if ok else "FAILED") + f": SDK {version} plain {summary['plain']} traced {summary['traced']}")
     return 0 if ok else 1
 

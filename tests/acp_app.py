@@ -44,6 +44,7 @@ class TraceAgent:
         self.init_kwargs: dict[str, Any] = {}
         self.ext_notes: list[tuple[str, dict[str, Any]]] = []
         self.cancelled = asyncio.Event()
+        self.waiting = asyncio.Event()  # a "slow" prompt is in the handler, waiting for session/cancel
         self.sessions = 0
 
     def on_connect(self, conn: Any) -> None:
@@ -85,6 +86,7 @@ class TraceAgent:
         if "rpcerror" in text:
             raise RequestError.invalid_params({"secret": SECRET})
         if "slow" in text:
+            self.waiting.set()
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self.cancelled.wait(), timeout=30)
             return {"stopReason": "cancelled"}
@@ -207,6 +209,8 @@ class Pair:
                     pass
         for writer in self._writers:
             writer.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(writer.wait_closed(), 1)
         if self._server is not None:
             self._server.close()
 
@@ -226,30 +230,44 @@ async def initialize(conn: Any) -> Any:
     )
 
 
+async def open_session(conn: Any) -> str:
+    """Initialize and open a session; its id."""
+    await initialize(conn)
+    return (await conn.new_session(cwd="/tmp", mcp_servers=[])).session_id
+
+
 async def prompt(conn: Any, session_id: str, text: str) -> Any:
     return await conn.prompt(session_id=session_id, prompt=[{"type": "text", "text": text}])
 
 
-def agent_main() -> None:
-    """Run TraceAgent over stdio; instrumented when ACP_OTEL_TEST_SPANS names a file for its spans."""
-    span_file = os.environ.get("ACP_OTEL_TEST_SPANS")
+AGENTS = {"trace": TraceAgent, "nokwargs": NoKwargsAgent}
+
+
+def agent_main(argv: list[str]) -> None:
+    """Run an agent over stdio: ``TraceAgent``, or the class ``argv[0]`` names in ``AGENTS``.
+
+    Not instrumented unless ``ACP_OTEL_TEST_SPANS`` is set: to a file path (every span appended to it as a
+    JSON line), or to ``otlp`` (a batch processor and the OTLP/HTTP exporter, both configured by OTEL_*).
+    """
+    agent_class = AGENTS[argv[0] if argv else "trace"]
+    spans_to = os.environ.get("ACP_OTEL_TEST_SPANS")
     provider = None
-    if span_file:
-        from opentelemetry.sdk.resources import Resource
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-        from span_file_exporter import JsonLinesExporter
+    if spans_to:
+        from span_file_exporter import JsonLinesExporter, make_provider
 
         from acp_otel import AcpInstrumentor
 
-        provider = TracerProvider(resource=Resource.create({"service.name": "test-agent"}))
-        provider.add_span_processor(SimpleSpanProcessor(JsonLinesExporter(span_file)))
+        if spans_to == "otlp":
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+            provider = make_provider(OTLPSpanExporter(), "test-agent", batch=True)
+        else:
+            provider = make_provider(JsonLinesExporter(spans_to), "test-agent")
         AcpInstrumentor().instrument(tracer_provider=provider)
     import acp
 
-    agent = TraceAgent()
     try:
-        asyncio.run(acp.run_agent(agent))
+        asyncio.run(acp.run_agent(agent_class()))
     finally:
         if provider is not None:
             provider.shutdown()
@@ -257,4 +275,4 @@ def agent_main() -> None:
 
 if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    agent_main()
+    agent_main(sys.argv[1:])

@@ -15,7 +15,19 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from spans import SpanCounter
+
 from acp_otel import AcpInstrumentor
+
+
+@pytest.fixture(autouse=True)
+def _nothing_left_instrumented() -> Iterator[None]:
+    """Every test leaves the SDK unpatched: a test that forgot to uninstrument fails itself, not later ones."""
+    yield
+    from acp_otel import sdk_adapter, shutdown, spawn
+
+    assert sdk_adapter.current_engine() is None, "still instrumented after the test"
+    assert spawn._state is None and shutdown._state is None, "spawn/shutdown hooks still installed"
 
 
 @pytest.fixture
@@ -31,21 +43,38 @@ def provider(exporter: InMemorySpanExporter) -> Iterator[TracerProvider]:
     tp.shutdown()
 
 
+class Instrument:
+    """The ``instrument`` fixture's value: call it with options to re-instrument, ``off()`` to uninstrument."""
+
+    def __init__(self, provider: TracerProvider) -> None:
+        self._provider = provider
+        self.instrumentor = AcpInstrumentor()
+
+    def __call__(self, **options: Any) -> AcpInstrumentor:
+        self.off()
+        self.instrumentor.instrument(tracer_provider=self._provider, **options)
+        return self.instrumentor
+
+    def off(self) -> None:
+        if self.instrumentor.is_instrumented_by_opentelemetry:
+            self.instrumentor.uninstrument()
+
+
 @pytest.fixture
-def instrument(provider: TracerProvider) -> Iterator[Any]:
+def instrument(provider: TracerProvider) -> Iterator[Instrument]:
     """Instrument with the test provider; call the fixture value with options to re-instrument."""
-    instrumentor = AcpInstrumentor()
-
-    def apply(**options: Any) -> AcpInstrumentor:
-        if instrumentor.is_instrumented_by_opentelemetry:
-            instrumentor.uninstrument()
-        instrumentor.instrument(tracer_provider=provider, **options)
-        return instrumentor
-
+    apply = Instrument(provider)
     apply()
     yield apply
-    if instrumentor.is_instrumented_by_opentelemetry:
-        instrumentor.uninstrument()
+    apply.off()
+
+
+@pytest.fixture
+def counter(provider: TracerProvider) -> SpanCounter:
+    """Counts the spans the test provider starts and ends (``counter.open``: those not ended yet)."""
+    c = SpanCounter()
+    provider.add_span_processor(c)
+    return c
 
 
 @pytest.fixture

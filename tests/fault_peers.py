@@ -1,10 +1,9 @@
-"""Peer processes for the fault tests.
-
-``python fault_peers.py agent``: TraceAgent over stdio, instrumented, spans to a BatchSpanProcessor with an
-OTLP/HTTP exporter (endpoint and timeouts from the standard OTEL_* variables).
+"""Peer process for the fault tests.
 
 ``python fault_peers.py client PORT``: a client that connects to an agent on 127.0.0.1:PORT, starts a prompt
 turn and dies (``os._exit``) as soon as the agent asks it for permission.
+
+(The agent side of the fault tests is ``acp_app.py`` with ``ACP_OTEL_TEST_SPANS=otlp``.)
 """
 
 from __future__ import annotations
@@ -12,29 +11,9 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-
-def run_agent() -> None:
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
-    from acp_otel import AcpInstrumentor
-
-    provider = TracerProvider(resource=Resource.create({"service.name": "fault-agent"}))
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
-    AcpInstrumentor().instrument(tracer_provider=provider)
-
-    import acp
-    from acp_app import TraceAgent
-
-    try:
-        asyncio.run(acp.run_agent(TraceAgent()))
-    finally:
-        provider.shutdown()
 
 
 class DyingClient:
@@ -43,11 +22,10 @@ class DyingClient:
 
         self._inner = TraceClient()
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
-    async def request_permission(self, **kwargs):
-        sys.stdout.flush()
+    async def request_permission(self, **kwargs: Any) -> Any:
         os._exit(4)  # the client process dies with the agent's request pending
 
 
@@ -63,7 +41,5 @@ async def run_client(port: int) -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "agent":
-        run_agent()
-    else:
-        asyncio.run(run_client(int(sys.argv[2])))
+    assert sys.argv[1] == "client", sys.argv
+    asyncio.run(run_client(int(sys.argv[2])))

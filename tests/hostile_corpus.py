@@ -397,11 +397,14 @@ OUTGOING_ANSWERS: list[Answer] = [
 ]
 
 
+def raw_request(method: str, params: Any) -> Callable[[Any], Any]:
+    """``call(conn)`` sending ``method`` with ``params`` as they are, below the SDK's typed methods."""
+    return lambda conn: conn._conn.send_request(method, params)
+
+
 def outgoing_calls() -> dict[str, tuple[str, Callable[[Any], Any]]]:
     """name -> (side, call(conn)) for requests the SDK side sends to the raw peer."""
-
-    def raw(method: str, params: Any) -> Callable[[Any], Any]:
-        return lambda conn: conn._conn.send_request(method, params)
+    raw = raw_request
 
     return {
         "client:session/new": ("client", raw("session/new", {"cwd": "/w", "mcpServers": []})),
@@ -414,3 +417,7 @@ def outgoing_calls() -> dict[str, tuple[str, Callable[[Any], Any]]]:
         "agent:request_permission": ("agent", raw("session/request_permission", {"sessionId": "s", "options": []})),
         "agent:ext": ("agent", lambda conn: conn.ext_method("vendor.dev/q", {"a": 1, "_meta": {"k": "v"}})),
     }
+
+
+# The corpus is meant to be broad: keep it so.
+assert len(INCOMING) + len(OUTGOING_ANSWERS) >= 50, (len(INCOMING), len(OUTGOING_ANSWERS))

@@ -11,14 +11,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import logging
-import threading
-import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from opentelemetry.sdk.trace import SpanProcessor
+from log_capture import capture_logs
+from spans import SpanCounter, wait_spans_closed
 
 TRACE_KEYS = ("traceparent", "tracestate", "baggage")
 SENTINEL_ID = "sentinel-id"
@@ -71,52 +69,6 @@ RESULTS: dict[str, Any] = {
 # ---------------------------------------------------------------------------------------------- spans
 
 
-class SpanCounter(SpanProcessor):
-    """Counts spans started and ended; ``open`` names the spans started and not yet ended."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.started = 0
-        self.ended = 0
-        self.open: dict[int, str] = {}
-
-    def on_start(self, span: Any, parent_context: Any = None) -> None:
-        with self._lock:
-            self.started += 1
-            self.open[span.context.span_id] = span.name
-
-    def on_end(self, span: Any) -> None:
-        with self._lock:
-            self.ended += 1
-            self.open.pop(span.context.span_id, None)
-
-
-async def wait_spans_closed(counter: SpanCounter, timeout: float = 5.0) -> None:
-    """Wait (bounded) until no span is open; the caller asserts on ``counter.open`` afterwards."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while counter.open and loop.time() < deadline:
-        await asyncio.sleep(0.01)
-
-
-def span_strings(span: Any) -> Iterator[str]:
-    """Every string an exported span carries: name, attributes, events, links, status, resource."""
-    yield span.name
-    if span.status.description:
-        yield span.status.description
-    for value in (span.attributes or {}).values():
-        yield from _strings(value)
-    for event in span.events:
-        yield event.name
-        for value in (event.attributes or {}).values():
-            yield from _strings(value)
-    for link in span.links:
-        for value in (link.attributes or {}).values():
-            yield from _strings(value)
-    for value in (span.resource.attributes or {}).values():
-        yield from _strings(value)
-
-
 def attribute_values(span: Any) -> Iterator[Any]:
     for value in (span.attributes or {}).values():
         yield value
@@ -129,66 +81,13 @@ def attribute_values(span: Any) -> Iterator[Any]:
                 yield from value
 
 
-def _strings(value: Any) -> Iterator[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, (tuple, list)):
-        for item in value:
-            yield from _strings(item)
-    else:
-        yield str(value)
-
-
-# ---------------------------------------------------------------------------------------------- logs
-
-
-class LogCapture(logging.Handler):
-    """Collects log records from every logger (root level lowered to DEBUG for ``acp_otel`` only)."""
-
-    def __init__(self) -> None:
-        super().__init__(level=logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-    def app_view(self) -> list[tuple[str, int, str, str | None]]:
-        """What the application's logs say, minus our own debug lines (comparable across runs)."""
-        out = []
-        for r in self.records:
-            if r.name.startswith("acp_otel") or r.levelno < logging.WARNING:
-                continue
-            exc = r.exc_info[0].__name__ if r.exc_info and r.exc_info[0] else None
-            out.append((r.name, r.levelno, str(r.msg), exc))
-        return out
-
-    def our_failures(self) -> list[str]:
-        """Records that show an exception inside acp_otel: our own failure logs, or a traceback whose
-        innermost frame is in acp_otel (an exception raised by our code reaching the SDK's logging)."""
-        bad = []
-        for r in self.records:
-            if r.name.startswith("acp_otel") and r.levelno >= logging.DEBUG and (r.exc_info or r.levelno >= 30):
-                bad.append(f"{r.name}: {r.getMessage()}")
-            elif r.exc_info and r.exc_info[2] is not None:
-                frames = traceback.extract_tb(r.exc_info[2])
-                if frames and "acp_otel" in frames[-1].filename:
-                    bad.append(f"{r.name}: {r.getMessage()} raised in {frames[-1].filename}:{frames[-1].lineno}")
-        return bad
-
-
-@contextlib.contextmanager
-def capture_logs() -> Iterator[LogCapture]:
-    handler = LogCapture()
-    root = logging.getLogger()
-    ours = logging.getLogger("acp_otel")
-    old_level = ours.level
-    ours.setLevel(logging.DEBUG)
-    root.addHandler(handler)
-    try:
-        yield handler
-    finally:
-        root.removeHandler(handler)
-        ours.setLevel(old_level)
+def assert_no_baggage_in_spans(spans: Any, baggage_values: tuple[str, ...], label: str = "") -> None:
+    """Incoming baggage never becomes (part of) an attribute value."""
+    for span in spans:
+        for value in attribute_values(span):
+            assert value not in baggage_values, (label, span.name, value)
+            text = value if isinstance(value, str) else str(value)
+            assert not any(b in text for b in baggage_values), (label, span.name, text[:200])
 
 
 # ---------------------------------------------------------------------------------------------- apps
@@ -324,6 +223,9 @@ class Outcome:
     failures: list[str] = field(default_factory=list)  # exceptions that came from acp_otel
     caller: Any = None  # what an outgoing request's caller saw
     disconnected: bool = False
+    answered: bool = False  # incoming: the sentinel got its response, or the connection ended
+    request_seen: bool = False  # outgoing: the raw peer received the SDK side's request
+    settled: bool = False  # the SDK side had no handler task left running when the outcome was taken
 
 
 class RawPeer:
@@ -380,15 +282,32 @@ class RawPeer:
         return bool(getattr(c, "_disconnected", False) or getattr(c, "_closed", False))
 
     async def wait_for(self, predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
+        """Wait until ``predicate()``; False if it still fails after ``timeout`` seconds. Checked after every
+        loop iteration at first (what it waits for is usually a few iterations away), then on each line
+        the raw peer reads and every 5 ms."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
+        spins = 0
         while not predicate():
             if loop.time() >= deadline:
                 return False
+            spins += 1
+            if spins < 100:
+                await asyncio.sleep(0)
+                continue
             self._arrived.clear()
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._arrived.wait(), 0.02)
+                await asyncio.wait_for(self._arrived.wait(), 0.005)
         return True
+
+    def busy_tasks(self) -> list[asyncio.Task[Any]]:
+        """The SDK connection's handler/response tasks still running (not its long-running loops)."""
+        tasks = getattr(getattr(inner(self.conn), "_tasks", None), "_tasks", None) or ()
+        return [t for t in tasks if not t.done() and t.get_name() not in LONG_RUNNING_TASKS]
+
+    async def settle(self, timeout: float = 5.0) -> bool:
+        """Wait until no handler task of the SDK connection is running; False if some still run at timeout."""
+        return await self.wait_for(lambda: not self.busy_tasks(), timeout)
 
     def got_response(self, request_id: Any) -> bool:
         return any(isinstance(m, dict) and m.get("id") == request_id and "method" not in m for m in self.received)
@@ -412,6 +331,11 @@ class RawPeer:
                 await asyncio.wait_for(self._server.wait_closed(), 1)
 
 
+# The SDK connection's tasks that live as long as the connection (0.8-1.0 names); every other task it
+# supervises handles one message.
+LONG_RUNNING_TASKS = ("acp.Connection.receive", "acp.Sender.loop", "acp.Dispatcher.loop")
+
+
 def _encode(line: Any) -> str | bytes:
     return line if isinstance(line, (str, bytes)) else json.dumps(line)
 
@@ -423,10 +347,15 @@ async def incoming_exchange(side: str, lines: list[Any], counter: SpanCounter | 
     with capture_logs() as logs:
         async with RawPeer(side, app) as peer:
             await peer.write_lines([_encode(x) for x in lines] + [json.dumps(sentinel)])
-            await peer.wait_for(lambda: peer.got_response(SENTINEL_ID) or peer.disconnected())
-            # Let handlers that are still running (none should be) settle before closing.
-            await asyncio.sleep(0)
-            outcome = Outcome(received=list(peer.received), calls=list(app.calls), disconnected=peer.disconnected())
+            answered = await peer.wait_for(lambda: peer.got_response(SENTINEL_ID) or peer.disconnected())
+            settled = await peer.settle()  # handlers of earlier lines (all immediate) have finished
+            outcome = Outcome(
+                received=list(peer.received),
+                calls=list(app.calls),
+                disconnected=peer.disconnected(),
+                answered=answered,
+                settled=settled,
+            )
         if counter is not None:
             await wait_spans_closed(counter)
     outcome.logs = logs.app_view()
@@ -446,24 +375,25 @@ async def outgoing_exchange(
     with capture_logs() as logs:
         async with RawPeer(side, app) as peer:
             task = asyncio.create_task(call(peer.conn))
-            got = await peer.wait_for(lambda: any(isinstance(m, dict) and "method" in m for m in peer.received))
-            if got:
+            await peer.wait_for(
+                lambda: task.done() or any(isinstance(m, dict) and "method" in m for m in peer.received)
+            )
+            request_seen = any(isinstance(m, dict) and "method" in m for m in peer.received)
+            if request_seen:
                 request = next(m for m in peer.received if isinstance(m, dict) and "method" in m)
                 answer = [_encode(x) for x in respond(request)]
                 answer.append(json.dumps({"jsonrpc": "2.0", "id": request.get("id"), "result": {"final": True}}))
                 await peer.write_lines(answer)
             # SDK 0.12.1 pops the pending future before parsing a response, so a response whose
             # ``error`` is not an object kills the receive loop and leaves the request hanging for ever
-            # (with or without tracing). The caller then gives up, which is what we record.
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + 5
-            hung_since = None
-            while not task.done() and loop.time() < deadline:
-                if peer.disconnected():
-                    hung_since = hung_since or loop.time()
-                    if loop.time() - hung_since > 0.3:
-                        break
-                await asyncio.sleep(0.01)
+            # (with or without tracing). The caller then gives up, which is what we record. A request that
+            # can still complete does so within a few loop iterations of the disconnection (its future is
+            # rejected synchronously), so "hung" is decided by iterations, not by time.
+            await peer.wait_for(lambda: task.done() or peer.disconnected())
+            for _ in range(200):
+                if task.done():
+                    break
+                await asyncio.sleep(0)
             seen: Any
             if not task.done():
                 task.cancel()
@@ -481,8 +411,14 @@ async def outgoing_exchange(
                         str(exc),
                         getattr(exc, "data", None),
                     )
-            await asyncio.sleep(0)
-            outcome = Outcome(received=list(peer.received), caller=seen, disconnected=peer.disconnected())
+            settled = await peer.settle()
+            outcome = Outcome(
+                received=list(peer.received),
+                caller=seen,
+                disconnected=peer.disconnected(),
+                request_seen=request_seen,
+                settled=settled,
+            )
         if counter is not None:
             await wait_spans_closed(counter)
     outcome.logs = logs.app_view()
@@ -509,16 +445,10 @@ def _without_trace_keys(message: Any, baseline: Any) -> Any:
     return {**message, "params": params}
 
 
-def normalize_sent(message: Any) -> Any:
-    """A request/notification the SDK side sent, without what injection added."""
-    if not isinstance(message, dict) or "params" not in message:
-        return message
-    params = strip_root_meta(message["params"])
-    return {**message, "params": params}
-
-
 def assert_same_incoming(plain_run: Outcome, traced: Outcome, label: str = "") -> None:
     assert not plain_run.failures and not traced.failures, (label, plain_run.failures, traced.failures)
+    for run in (plain_run, traced):  # neither run timed out waiting
+        assert run.answered and run.settled, (label, run.answered, run.settled)
     assert [normalize_response(m) for m in traced.received] == [normalize_response(m) for m in plain_run.received], (
         label
     )
@@ -535,6 +465,8 @@ def assert_same_incoming(plain_run: Outcome, traced: Outcome, label: str = "") -
 
 def assert_same_outgoing(plain_run: Outcome, traced: Outcome, label: str = "") -> None:
     assert not plain_run.failures and not traced.failures, (label, plain_run.failures, traced.failures)
+    assert plain_run.settled and traced.settled, label
+    assert traced.request_seen == plain_run.request_seen, label
     assert traced.caller == plain_run.caller, label
     sent_plain = [m for m in plain_run.received if isinstance(m, dict) and "method" in m]
     sent_traced = [m for m in traced.received if isinstance(m, dict) and "method" in m]
@@ -546,16 +478,13 @@ def assert_same_outgoing(plain_run: Outcome, traced: Outcome, label: str = "") -
     assert traced.disconnected == plain_run.disconnected, label
 
 
-class Switch:
-    """Turns the instrumentation off and on within one test (same process, same provider)."""
-
-    def __init__(self, instrument: Any) -> None:
-        self._apply = instrument
-        self._inst = instrument()
-
-    def off(self) -> None:
-        if self._inst.is_instrumented_by_opentelemetry:
-            self._inst.uninstrument()
-
-    def on(self, **options: Any) -> None:
-        self._inst = self._apply(**options)
+async def run_off_then_on(instrument: Any, exchange: Callable[..., Any], *args: Any, counter: Any = None) -> Any:
+    """``exchange(*args)`` uninstrumented, then instrumented (``counter`` tracks the traced run's spans);
+    returns (plain outcome, traced outcome). No span may start in the uninstrumented run."""
+    instrument.off()
+    started = counter.started if counter is not None else 0
+    plain_run = await exchange(*args)
+    assert counter is None or counter.started == started, "a span started with the instrumentation off"
+    instrument()
+    traced = await exchange(*args, counter)
+    return plain_run, traced

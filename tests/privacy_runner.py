@@ -10,28 +10,14 @@ trimmed environment.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-import json
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+from span_file_exporter import JsonLinesExporter, make_provider, whole_span
+
+from acp_otel.demo.traced_client import load_client
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-
-
-class WholeSpanExporter(SpanExporter):
-    def __init__(self, path: str) -> None:
-        self._path = path
-
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        with open(self._path, "a", encoding="utf-8") as fh:
-            for span in spans:
-                fh.write(json.dumps(json.loads(span.to_json())) + "\n")
-        return SpanExportResult.SUCCESS
 
 
 def main(argv: list[str]) -> int:
@@ -41,16 +27,11 @@ def main(argv: list[str]) -> int:
         options = {"capture_content": True, "capture_content_max_length": int(rest[1])}
         rest = rest[2:]
     role, example_args = rest[0], rest[1:]
-    provider = TracerProvider(resource=Resource.create({"service.name": f"privacy-{role}"}))
-    provider.add_span_processor(SimpleSpanProcessor(WholeSpanExporter(span_file)))
+    provider = make_provider(JsonLinesExporter(span_file, record=whole_span), f"privacy-{role}")
     from acp_otel import AcpInstrumentor
 
     AcpInstrumentor().instrument(tracer_provider=provider, **options)
-    spec = importlib.util.spec_from_file_location(f"example_{role}", EXAMPLES / f"{role}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
+    module = load_client(EXAMPLES / f"{role}.py")  # imports any example module (client or agent)
     try:
         if role == "client":
             return asyncio.run(module.main(example_args))

@@ -1,9 +1,9 @@
 """pytest plugin: run the ACP SDK's own test suite with acp-otel tracing switched on.
 
-Loaded by ``scripts/sdk_suite.py`` with ``-p sdk_suite_plugin``. It instruments before any test runs
-(``pytest_configure``), with an in-memory exporter, and at the end reports how many spans the suite
-produced, by kind, and how many tests produced at least one. A traced run that produced no span at all
-fails, so a green traced run provably traced.
+Loaded by ``scripts/sdk_suite.py`` with ``-p sdk_suite_plugin`` (next to a copy of ``span_file_exporter.py``).
+It instruments before any test runs (``pytest_configure``), with an in-memory exporter, and at the end
+reports how many spans the suite produced, by kind, and how many tests produced at least one. A traced
+run that produced no span at all fails, so a green traced run provably traced.
 
 Set ``ACP_OTEL_SUITE_REPORT`` to a file path to also get the figures as JSON.
 """
@@ -16,15 +16,13 @@ import os
 from typing import Any
 
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from span_file_exporter import make_provider
 
 from acp_otel import AcpInstrumentor
 
 _exporter = InMemorySpanExporter()
-_provider = TracerProvider()
-_provider.add_span_processor(SimpleSpanProcessor(_exporter))
+_provider = make_provider(_exporter)
 _instrumentor = AcpInstrumentor()
 _by_kind: collections.Counter[str] = collections.Counter()
 _by_name: collections.Counter[str] = collections.Counter()

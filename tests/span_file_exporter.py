@@ -1,12 +1,15 @@
-"""A span exporter that appends finished spans as JSON lines, so a child process can hand its spans back."""
+"""A span exporter that appends finished spans as JSON lines, so a child process can hand its spans back,
+and ``make_provider``, the tracer provider every test process sets up."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter, SpanExportResult
 
 
 def span_record(span: ReadableSpan) -> dict:
@@ -27,15 +30,31 @@ def span_record(span: ReadableSpan) -> dict:
     }
 
 
+def whole_span(span: ReadableSpan) -> dict[str, Any]:
+    """The span as the SDK serializes it (``to_json()``: attributes, events, links, status, resource)."""
+    return json.loads(span.to_json())
+
+
 class JsonLinesExporter(SpanExporter):
-    def __init__(self, path: str) -> None:
+    """Appends ``record(span)`` (default: :func:`span_record`) as one JSON line per span to ``path``."""
+
+    def __init__(self, path: str, record: Callable[[ReadableSpan], dict[str, Any]] = span_record) -> None:
         self._path = path
+        self._record = record
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         with open(self._path, "a", encoding="utf-8") as fh:
             for span in spans:
-                fh.write(json.dumps(span_record(span)) + "\n")
+                fh.write(json.dumps(self._record(span)) + "\n")
         return SpanExportResult.SUCCESS
 
     def shutdown(self) -> None:
         return None
+
+
+def make_provider(exporter: SpanExporter, service: str | None = None, batch: bool = False) -> TracerProvider:
+    """A tracer provider exporting to ``exporter`` (simple processor, or a batch one configured by OTEL_BSP_*)."""
+    resource = Resource.create({"service.name": service}) if service else None
+    provider = TracerProvider(resource=resource) if resource else TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(exporter) if batch else SimpleSpanProcessor(exporter))
+    return provider

@@ -7,25 +7,42 @@ import copy
 from typing import Any
 
 import pytest
-from acp_app import FILE_BODY, SECRET, SECRET_PATH, NoKwargsAgent, TraceAgent, TraceClient, initialize, prompt
+from acp_app import (
+    FILE_BODY,
+    SECRET,
+    SECRET_PATH,
+    NoKwargsAgent,
+    TraceAgent,
+    TraceClient,
+    initialize,
+    open_session,
+    prompt,
+)
 from opentelemetry import trace
 from opentelemetry.instrumentation.utils import suppress_instrumentation
 from opentelemetry.trace import SpanKind, StatusCode
-from spans import all_text, find, one, parent_of, span_id, trace_id
+from spans import all_text, find, one, parent_of, span_id, trace_id, wait_until
 
 C, S, P, N = SpanKind.CLIENT, SpanKind.SERVER, SpanKind.PRODUCER, SpanKind.CONSUMER
 
 
-async def _turn(pair: Any, text: str = "hello") -> tuple[Any, Any]:
+async def _turn(pair: Any, exporter: Any, text: str = "hello") -> tuple[Any, Any]:
+    """One turn; returns once the agent's session/prompt span has ended too (up to SDK 0.12.0 it ends
+    only after the response is on its way, so the caller may see the response first)."""
     p = await pair()
-    await initialize(p.client_conn)
-    session = await p.client_conn.new_session(cwd="/tmp", mcp_servers=[])
-    response = await prompt(p.client_conn, session.session_id, text)
-    return p, response
+    session_id = await open_session(p.client_conn)
+    try:
+        return p, await prompt(p.client_conn, session_id, text)
+    finally:
+        await _spans_ended(exporter, "session/prompt", S)
+
+
+async def _spans_ended(exporter: Any, name: str, kind: SpanKind, count: int = 1) -> None:
+    await wait_until(lambda: len(find(exporter.get_finished_spans(), name, kind)) >= count, what=f"{kind} {name}")
 
 
 async def test_full_turn_is_one_connected_trace(instrument: Any, exporter: Any, pair: Any) -> None:
-    _, response = await _turn(pair)
+    _, response = await _turn(pair, exporter)
     assert response.stop_reason == "end_turn"
     spans = exporter.get_finished_spans()
     client_prompt = one(spans, "session/prompt", C)
@@ -56,7 +73,7 @@ async def test_full_turn_is_one_connected_trace(instrument: Any, exporter: Any, 
 
 
 async def test_attributes(instrument: Any, exporter: Any, pair: Any) -> None:
-    await _turn(pair)
+    await _turn(pair, exporter)
     spans = exporter.get_finished_spans()
     for span in spans:
         attrs = span.attributes
@@ -105,7 +122,7 @@ async def test_error_response_on_both_sides(instrument: Any, exporter: Any, pair
     from acp.exceptions import RequestError
 
     with pytest.raises(RequestError) as info:
-        await _turn(pair, "rpcerror")
+        await _turn(pair, exporter, "rpcerror")
     assert info.value.code == -32602 and info.value.data == {"secret": SECRET}
     spans = exporter.get_finished_spans()
     for kind in (C, S):
@@ -121,7 +138,7 @@ async def test_handler_exception(instrument: Any, exporter: Any, pair: Any) -> N
     from acp.exceptions import RequestError
 
     with pytest.raises(RequestError) as info:
-        await _turn(pair, "fail")
+        await _turn(pair, exporter, "fail")
     assert info.value.code == -32603
     spans = exporter.get_finished_spans()
     server = one(spans, "session/prompt", S)
@@ -135,7 +152,7 @@ async def test_handler_exception(instrument: Any, exporter: Any, pair: Any) -> N
 
 
 async def test_unknown_extension_request_is_32601_on_both_sides(instrument: Any, exporter: Any, pair: Any) -> None:
-    _, response = await _turn(pair, "missing-ext")
+    _, response = await _turn(pair, exporter, "missing-ext")
     assert response.field_meta == {"code": -32601}  # the application saw the real error
     spans = exporter.get_finished_spans()
     for kind in (C, S):
@@ -146,11 +163,16 @@ async def test_unknown_extension_request_is_32601_on_both_sides(instrument: Any,
 
 
 async def test_unknown_extension_notification_is_not_an_error(instrument: Any, exporter: Any, pair: Any) -> None:
-    agent = TraceAgent()
-    agent.ext_notification = None  # type: ignore[assignment]  # the SDK then ignores extension notifications
-    p = await pair(agent=agent)
+    from acp.exceptions import RequestError
+
+    class NoExtensionsAgent(TraceAgent):
+        async def ext_notification(self, method: str, params: dict[str, Any]) -> None:
+            # What an agent without this extension does: the router's answer for an unknown method.
+            raise RequestError.method_not_found(f"_{method}")
+
+    p = await pair(agent=NoExtensionsAgent())
     await p.client_conn.ext_notification("other.org/unknown", {"x": 1})
-    await asyncio.sleep(0.2)
+    await _spans_ended(exporter, "_other.org/unknown", N)
     spans = exporter.get_finished_spans()
     consumer = one(spans, "_other.org/unknown", N)
     assert consumer.status.status_code == StatusCode.UNSET
@@ -161,7 +183,7 @@ async def test_unknown_extension_notification_is_not_an_error(instrument: Any, e
 async def test_unknown_standard_notification_is_an_error(instrument: Any, exporter: Any, pair: Any) -> None:
     p = await pair()
     await p.client_conn._conn.send_notification("session/no_such_thing", {"sessionId": "s"})
-    await asyncio.sleep(0.2)
+    await _spans_ended(exporter, "session/no_such_thing", N)
     consumer = one(exporter.get_finished_spans(), "session/no_such_thing", N)
     assert consumer.status.status_code == StatusCode.ERROR
     assert consumer.attributes["error.type"] == "-32601"
@@ -169,10 +191,9 @@ async def test_unknown_standard_notification_is_an_error(instrument: Any, export
 
 async def test_caller_cancellation(instrument: Any, exporter: Any, pair: Any) -> None:
     p = await pair()
-    await initialize(p.client_conn)
-    session = await p.client_conn.new_session(cwd="/tmp", mcp_servers=[])
-    task = asyncio.create_task(prompt(p.client_conn, session.session_id, "slow"))
-    await asyncio.sleep(0.3)
+    session_id = await open_session(p.client_conn)
+    task = asyncio.create_task(prompt(p.client_conn, session_id, "slow"))
+    await asyncio.wait_for(p.agent.waiting.wait(), 5)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -180,11 +201,9 @@ async def test_caller_cancellation(instrument: Any, exporter: Any, pair: Any) ->
     assert client.attributes["acp.cancelled"] is True
     assert client.status.status_code == StatusCode.UNSET
     # the agent's handler is still running; session/cancel ends the turn as the protocol says
-    await p.client_conn.cancel(session_id=session.session_id)
-    for _ in range(50):
-        if find(exporter.get_finished_spans(), "session/prompt", S):
-            break
-        await asyncio.sleep(0.05)
+    await p.client_conn.cancel(session_id=session_id)
+    await _spans_ended(exporter, "session/prompt", S)
+    await _spans_ended(exporter, "session/cancel", N)
     server = one(exporter.get_finished_spans(), "session/prompt", S)
     if "_cancel_incoming" in vars(type(p.client_conn._conn)):
         # 1.0.0rc3+: the cancelled caller sent $/cancel_request, which cancelled the handler task at once
@@ -192,15 +211,14 @@ async def test_caller_cancellation(instrument: Any, exporter: Any, pair: Any) ->
         assert server.attributes["acp.cancelled"] is True
     else:
         assert server.attributes["acp.stop_reason"] == "cancelled"
-    assert one(exporter.get_finished_spans(), "session/cancel", N).attributes["acp.session.id"] == session.session_id
+    assert one(exporter.get_finished_spans(), "session/cancel", N).attributes["acp.session.id"] == session_id
 
 
 async def test_close_with_requests_pending(instrument: Any, exporter: Any, pair: Any) -> None:
     p = await pair()
-    await initialize(p.client_conn)
-    session = await p.client_conn.new_session(cwd="/tmp", mcp_servers=[])
-    task = asyncio.create_task(prompt(p.client_conn, session.session_id, "slow"))
-    await asyncio.sleep(0.3)
+    session_id = await open_session(p.client_conn)
+    task = asyncio.create_task(prompt(p.client_conn, session_id, "slow"))
+    await asyncio.wait_for(p.agent.waiting.wait(), 5)
     await p.client_conn.close()
     with pytest.raises(ConnectionError):
         await asyncio.wait_for(task, 5)
@@ -248,7 +266,7 @@ async def test_params_none_and_non_objects(instrument: Any, exporter: Any, pair:
     await raw.send_notification("_test.dev/none", None)
     await raw.send_notification("_test.dev/list", [1, 2])
     await raw.send_notification("_test.dev/badmeta", {"_meta": "not-an-object"})
-    await asyncio.sleep(0.2)
+    await wait_until(lambda: sum("method" in m for m in wire) == 3, what="three notifications on the wire")
     by_method = {m["method"]: m.get("params") for m in wire if "method" in m}
     assert set(by_method["_test.dev/none"]) == {"_meta"} and "traceparent" in by_method["_test.dev/none"]["_meta"]
     assert by_method["_test.dev/list"] == [1, 2]
@@ -262,16 +280,20 @@ async def test_inherited_context_is_not_the_parent(instrument: Any, exporter: An
     with tracer.start_as_current_span("app-startup"):
         p = await pair()  # both connections (and their receive loops) are built under app-startup
     raw = p.agent_conn._conn
-    # A message with no trace context: the receiving span must be a new root.
+    # Sent with trace context (from outside app-startup): the consumer is the producer's child.
     await raw.send_notification("_test.dev/plain", {"_meta": {}})
+    # Sent without trace context: the receiving span must be a new root.
     with suppress_instrumentation():
         await raw.send_notification("_test.dev/untraced", {"x": 1})
-    await asyncio.sleep(0.2)
+    await _spans_ended(exporter, "_test.dev/plain", N)
+    await _spans_ended(exporter, "_test.dev/untraced", N)
     spans = exporter.get_finished_spans()
     startup = one(spans, "app-startup")
+    plain = one(spans, "_test.dev/plain", N)
+    assert parent_of(plain) == span_id(one(spans, "_test.dev/plain", P))
     consumer = one(spans, "_test.dev/untraced", N)
     assert consumer.parent is None
-    assert trace_id(consumer) != trace_id(startup)
+    assert trace_id(consumer) != trace_id(startup) and trace_id(plain) != trace_id(startup)
 
 
 async def test_suppress_instrumentation(instrument: Any, exporter: Any, pair: Any) -> None:
@@ -297,16 +319,16 @@ async def test_excluded_methods_still_propagate(instrument: Any, exporter: Any, 
             return await original(**kwargs)
 
     client.read_text_file = read_text_file  # type: ignore[method-assign]
-    await _turn(lambda: pair(client=client))
+    await _turn(lambda: pair(client=client), exporter)
     spans = exporter.get_finished_spans()
     assert not find(spans, "fs/read_text_file") and not find(spans, "session/update")
     # context still crossed the excluded request: the client's own span is a child of the agent's prompt
     assert parent_of(one(spans, "client-reads-file")) == span_id(one(spans, "session/prompt", S))
-    assert find(spans, "session/request_permission", S)
+    one(spans, "session/request_permission", S)
 
 
 async def test_content_capture_off_by_default(instrument: Any, exporter: Any, pair: Any) -> None:
-    await _turn(pair)
+    await _turn(pair, exporter)
     text = all_text(exporter.get_finished_spans())
     for secret in (SECRET, FILE_BODY, SECRET_PATH, "Allow once", "hello"):
         assert secret not in text
@@ -315,7 +337,7 @@ async def test_content_capture_off_by_default(instrument: Any, exporter: Any, pa
 
 async def test_content_capture_on_is_truncated(instrument: Any, exporter: Any, pair: Any) -> None:
     instrument(capture_content=True, capture_content_max_length=4000)
-    await _turn(pair)
+    await _turn(pair, exporter)
     spans = exporter.get_finished_spans()
     text = all_text(spans)
     assert SECRET in text and FILE_BODY in text and SECRET_PATH in text
@@ -324,10 +346,11 @@ async def test_content_capture_on_is_truncated(instrument: Any, exporter: Any, p
     assert "traceparent" not in read.attributes["acp.params"]  # our keys are not content
     exporter.clear()
     instrument(capture_content=True, capture_content_max_length=12)
-    await _turn(pair)
+    await _turn(pair, exporter)
     spans = exporter.get_finished_spans()
     captured = [v for s in spans for k, v in s.attributes.items() if k in ("acp.params", "acp.result")]
     assert captured and all(len(v) <= 12 for v in captured)
+    assert any(len(v) == 12 for v in captured)  # truncated to the limit, not shorter
 
 
 async def test_content_capture_records_error_data(instrument: Any, exporter: Any, pair: Any) -> None:
@@ -335,7 +358,7 @@ async def test_content_capture_records_error_data(instrument: Any, exporter: Any
 
     instrument(capture_content=True)
     with pytest.raises(RequestError):
-        await _turn(pair, "rpcerror")
+        await _turn(pair, exporter, "rpcerror")
     server = one(exporter.get_finished_spans(), "session/prompt", S)
     assert SECRET in server.attributes["acp.error.data"]
 

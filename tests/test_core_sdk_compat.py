@@ -12,9 +12,11 @@ from typing import Any
 
 import pytest
 import wrapt
-from acp_app import initialize, prompt
+from acp_app import initialize, open_session, prompt
 from opentelemetry.trace import SpanKind, StatusCode
-from spans import find, one, parent_of, span_id
+from spans import find, one, parent_of, span_id, wait_until
+
+from acp_otel import AcpInstrumentor
 
 C, S, P, N = SpanKind.CLIENT, SpanKind.SERVER, SpanKind.PRODUCER, SpanKind.CONSUMER
 
@@ -38,14 +40,6 @@ def _sends_cancel_request() -> bool:
     return "_cancel_incoming" in _connection_class().__dict__
 
 
-async def _wait_for(predicate: Any, timeout: float = 5.0) -> None:
-    for _ in range(int(timeout / 0.02)):
-        if predicate():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError("condition not met in time")
-
-
 def test_hooks_chosen_by_capability(instrument: Any) -> None:
     conn = _connection_class()
     for attr in ("__init__", "send_request", "send_notification", "_run_notification"):
@@ -64,15 +58,54 @@ def test_hooks_chosen_by_capability(instrument: Any) -> None:
         assert _is_wrapped(acp.connection, "span_context")
 
 
-def test_uninstrument_restores_every_hook(instrument: Any) -> None:
-    conn = _connection_class()
-    instrumentor = instrument()
-    instrumentor.uninstrument()
-    for attr in ("__init__", "send_request", "send_notification", "_run_request", "_execute_request"):
-        assert not _is_wrapped(conn, attr), attr
+HOOKS = ("__init__", "send_request", "send_notification", "_run_notification")
+
+
+def _originals() -> dict[str, Any]:
+    """The patched attributes as they are now: the incoming request hook this release has, and the rest."""
     import acp.connection
 
-    assert not _is_wrapped(acp.connection, "span_context")
+    conn = _connection_class()
+    names = [*HOOKS, "_execute_request" if _has_execute_request() else "_run_request"]
+    found = {name: conn.__dict__[name] for name in names}
+    found["span_context"] = acp.connection.__dict__["span_context"]
+    return found
+
+
+async def test_uninstrument_restores_everything(provider: Any, exporter: Any, pair: Any) -> None:
+    before = _originals()
+    instrumentor = AcpInstrumentor()
+    instrumentor.instrument(tracer_provider=provider)
+    try:
+        assert all(isinstance(wrapped, wrapt.FunctionWrapper) for wrapped in _originals().values())
+    finally:
+        instrumentor.uninstrument()
+    after = _originals()
+    assert all(after[name] is before[name] for name in before)
+    p = await pair()
+    await initialize(p.client_conn)
+    assert exporter.get_finished_spans() == ()
+
+
+async def test_cycles_never_stack_wrappers(provider: Any, exporter: Any, pair: Any) -> None:
+    before = _originals()
+    instrumentor = AcpInstrumentor()
+    try:
+        for _ in range(3):
+            instrumentor.instrument(tracer_provider=provider)
+            instrumentor.instrument(tracer_provider=provider)  # a second call is refused, not stacked
+            wrapped = _originals()
+            assert all(wrapped[name].__wrapped__ is before[name] for name in before)
+            instrumentor.uninstrument()
+        instrumentor.instrument(tracer_provider=provider)
+        p = await pair()
+        await initialize(p.client_conn)
+    finally:
+        if instrumentor.is_instrumented_by_opentelemetry:
+            instrumentor.uninstrument()
+    spans = exporter.get_finished_spans()
+    assert len(find(spans, "initialize", C)) == 1
+    assert len(find(spans, "initialize", S)) == 1
 
 
 async def test_connection_outlives_uninstrument(instrument: Any, exporter: Any, pair: Any) -> None:
@@ -80,10 +113,8 @@ async def test_connection_outlives_uninstrument(instrument: Any, exporter: Any, 
     p = await pair()
     instrumentor = instrument()
     instrumentor.uninstrument()
-    exporter.clear()
-    await initialize(p.client_conn)
-    session = await p.client_conn.new_session(cwd="/tmp", mcp_servers=[])
-    response = await prompt(p.client_conn, session.session_id, "hello")
+    session_id = await open_session(p.client_conn)
+    response = await prompt(p.client_conn, session_id, "hello")
     assert response.stop_reason == "end_turn"
     assert exporter.get_finished_spans() == ()
 
@@ -93,14 +124,13 @@ async def test_rpc_error_and_handler_exception_on_every_release(instrument: Any,
     from acp.exceptions import RequestError
 
     p = await pair()
-    await initialize(p.client_conn)
-    session = await p.client_conn.new_session(cwd="/tmp", mcp_servers=[])
+    session_id = await open_session(p.client_conn)
     for text, code, error_type in (("rpcerror", -32602, "-32602"), ("fail", -32603, "ValueError")):
         exporter.clear()
         with pytest.raises(RequestError) as info:
-            await prompt(p.client_conn, session.session_id, text)
+            await prompt(p.client_conn, session_id, text)
         assert info.value.code == code
-        await _wait_for(lambda: len(find(exporter.get_finished_spans(), "session/prompt")) == 2)
+        await wait_until(lambda: len(find(exporter.get_finished_spans(), "session/prompt")) == 2)
         spans = exporter.get_finished_spans()
         client, server = one(spans, "session/prompt", C), one(spans, "session/prompt", S)
         for span in (client, server):
@@ -120,10 +150,9 @@ async def test_caller_cancel_on_this_release(instrument: Any, exporter: Any, pai
     to_client: list[dict[str, Any]] = []
     p.agent_conn._conn.add_observer(lambda e: to_agent.append(e.message) if e.direction.value == "incoming" else None)
     p.client_conn._conn.add_observer(lambda e: to_client.append(e.message) if e.direction.value == "incoming" else None)
-    await initialize(p.client_conn)
-    session = await p.client_conn.new_session(cwd="/tmp", mcp_servers=[])
-    task = asyncio.create_task(prompt(p.client_conn, session.session_id, "slow"))
-    await _wait_for(lambda: any(m.get("method") == "session/prompt" for m in to_agent))
+    session_id = await open_session(p.client_conn)
+    task = asyncio.create_task(prompt(p.client_conn, session_id, "slow"))
+    await wait_until(lambda: any(m.get("method") == "session/prompt" for m in to_agent))
     request_id = next(m["id"] for m in to_agent if m.get("method") == "session/prompt")
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -133,31 +162,32 @@ async def test_caller_cancel_on_this_release(instrument: Any, exporter: Any, pai
     assert client.status.status_code == StatusCode.UNSET
 
     if not _sends_cancel_request():
-        await asyncio.sleep(0.2)
+        await p.client_conn.ext_notification("test.dev/note", {})  # the stream is ordered: a cancel would precede it
+        await wait_until(lambda: any(m.get("method") == "_test.dev/note" for m in to_agent))
         assert not any(m.get("method") == "$/cancel_request" for m in to_agent)
         assert not find(exporter.get_finished_spans(), "session/prompt", S)  # still running
-        await p.client_conn.cancel(session_id=session.session_id)
-        await _wait_for(lambda: bool(find(exporter.get_finished_spans(), "session/prompt", S)))
+        await p.client_conn.cancel(session_id=session_id)
+        await wait_until(lambda: bool(find(exporter.get_finished_spans(), "session/prompt", S)))
         return
 
     # the notification the SDK sends for us: traced as a PRODUCER span, its params left exactly as is
-    await _wait_for(lambda: bool(find(exporter.get_finished_spans(), "$/cancel_request", P)))
+    await wait_until(lambda: bool(find(exporter.get_finished_spans(), "$/cancel_request", P)))
     producer = one(exporter.get_finished_spans(), "$/cancel_request", P)
-    assert producer.attributes["acp.method.name"] == "$/cancel_request"
-    await _wait_for(lambda: any(m.get("method") == "$/cancel_request" for m in to_agent))
+    assert parent_of(producer) == parent_of(client)  # sent for the caller, in the caller's context
+    await wait_until(lambda: any(m.get("method") == "$/cancel_request" for m in to_agent))
     wire = next(m for m in to_agent if m.get("method") == "$/cancel_request")
     assert wire["params"] == {"requestId": request_id}  # no _meta injected into a protocol method
     # handled inside the SDK's dispatcher, never by a handler: no CONSUMER span
     assert not find(exporter.get_finished_spans(), "$/cancel_request", N)
 
     # agent side: the handler task was cancelled, its SERVER span ends cancelled, not as an error
-    await _wait_for(lambda: bool(find(exporter.get_finished_spans(), "session/prompt", S)))
+    await wait_until(lambda: bool(find(exporter.get_finished_spans(), "session/prompt", S)))
     server = one(exporter.get_finished_spans(), "session/prompt", S)
     assert server.attributes["acp.cancelled"] is True
     assert server.status.status_code == StatusCode.UNSET
     assert parent_of(server) == span_id(client)
     # and the caller's side got the -32800 reply (dropped by the SDK: nobody waits for it any more)
-    await _wait_for(lambda: any(m.get("id") == request_id and "error" in m for m in to_client))
+    await wait_until(lambda: any(m.get("id") == request_id and "error" in m for m in to_client))
     reply = next(m for m in to_client if m.get("id") == request_id and "error" in m)
     assert reply["error"]["code"] == -32800
     # the connection is still usable afterwards, and still traced

@@ -8,7 +8,6 @@ embedded :class:`~acp_otel.demo.receiver.OtlpReceiver` over OTLP/HTTP or OTLP/gR
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import os
 import subprocess
@@ -20,9 +19,12 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from sdk_sdist import DOWNLOAD_TIMEOUT, fetch_sdist
+from spans import find, one
 
 from acp_otel.demo.otlp_json import read_otlp_json
 from acp_otel.demo.receiver import OtlpReceiver, ReceivedSpan
+from acp_otel.demo.traced_client import load_client
 from acp_otel.spawn import auto_instrumentation_dir
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(60)]
@@ -74,63 +76,22 @@ def run_instrumented(args: list[str], env: dict[str, str], **kwargs: Any) -> sub
     )
 
 
-def by(spans: list[ReceivedSpan], name: str, kind: str, service: str | None = None) -> list[ReceivedSpan]:
-    return [s for s in spans if s.name == name and s.kind == kind and (service is None or s.service_name == service)]
-
-
-def the(spans: list[ReceivedSpan], name: str, kind: str, service: str | None = None) -> ReceivedSpan:
-    found = by(spans, name, kind, service)
-    assert len(found) == 1, (name, kind, service, [(s.name, s.kind, s.service_name) for s in spans])
-    return found[0]
-
-
 def has_span(name: str, kind: str, service: str | None = None) -> Any:
-    return lambda spans: bool(by(spans, name, kind, service))
-
-
-def load_module(path: Path, name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return lambda spans: bool(find(spans, name, kind, service))
 
 
 @pytest.fixture(scope="module")
-def sdk_examples(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def sdk_examples() -> Path:
     """The installed SDK release's own ``examples/``, from its source distribution on the package index.
 
     The SDK ships its examples only in the sdist (DESIGN.md §3); fetching it keeps their code out of this
-    repository and tests exactly the release that is installed.
+    repository and tests exactly the release that is installed. The sdist is cached where
+    ``scripts/sdk_suite.py`` caches it (``tests/sdk_sdist.py``), so CI, which runs that first, has it.
     """
-    import tarfile
     from importlib.metadata import version
 
-    release = version("agent-client-protocol")
-    dest = tmp_path_factory.mktemp("sdk-sdist")
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "-q",
-            "--no-binary",
-            ":all:",
-            "--no-deps",
-            "-d",
-            str(dest),
-            f"agent-client-protocol=={release}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert done.returncode == 0, f"could not download the SDK sdist {release}: {done.stderr[-2000:]}"
-    (archive,) = dest.glob("*.tar.gz")
-    with tarfile.open(archive) as tar:
-        tar.extractall(dest, filter="data") if sys.version_info >= (3, 12) else tar.extractall(dest)
-    (examples,) = dest.glob("*/examples")
+    examples = fetch_sdist(version("agent-client-protocol")) / "examples"
+    assert (examples / "client.py").is_file() and (examples / "agent.py").is_file(), examples
     return examples
 
 
@@ -143,7 +104,7 @@ def receiver() -> Iterator[OtlpReceiver]:
 @pytest.fixture(scope="module")
 def example_client() -> ModuleType:
     """examples/client.py as a module (its ExampleClient answers the example agent's requests)."""
-    return load_module(EXAMPLES / "client.py", "acp_otel_e2e_example_client")
+    return load_client(EXAMPLES / "client.py")
 
 
 async def drive_turn(conn: Any, module: ModuleType) -> Any:
@@ -191,8 +152,8 @@ def test_turn_is_one_trace_across_processes(receiver: OtlpReceiver, protocol: st
         and sum(receiver.export_counts.values()) == (receiver.export_counts[transport])
     )
 
-    client_prompt = the(spans, "session/prompt", "CLIENT", CLIENT_SERVICE)
-    server_prompt = the(spans, "session/prompt", "SERVER", AGENT_SERVICE)
+    client_prompt = one(spans, "session/prompt", "CLIENT", CLIENT_SERVICE)
+    server_prompt = one(spans, "session/prompt", "SERVER", AGENT_SERVICE)
     assert server_prompt.parent_span_id == client_prompt.span_id  # client -> agent request
     turn = [s for s in spans if s.trace_id == client_prompt.trace_id]
     ids = {s.span_id: s for s in turn}
@@ -208,20 +169,20 @@ def test_turn_is_one_trace_across_processes(receiver: OtlpReceiver, protocol: st
 
     # agent -> client requests (standard and extension) cross the boundary back.
     for method in ("session/request_permission", "fs/read_text_file", "_example.com/workspace/buffers"):
-        out = the(turn, method, "CLIENT", AGENT_SERVICE)
-        inc = the(turn, method, "SERVER", CLIENT_SERVICE)
+        out = one(turn, method, "CLIENT", AGENT_SERVICE)
+        inc = one(turn, method, "SERVER", CLIENT_SERVICE)
         assert out.parent_span_id == server_prompt.span_id
         assert inc.parent_span_id == out.span_id
     # agent -> client notifications (session/update and an extension notification).
     for method in ("session/update", "_example.com/progress"):
-        producers = by(turn, method, "PRODUCER", AGENT_SERVICE)
-        consumers = by(turn, method, "CONSUMER", CLIENT_SERVICE)
+        producers = find(turn, method, "PRODUCER", AGENT_SERVICE)
+        consumers = find(turn, method, "CONSUMER", CLIENT_SERVICE)
         assert producers and len(producers) == len(consumers)
         assert {c.parent_span_id for c in consumers} == {p.span_id for p in producers}
         assert all(p.parent_span_id == server_prompt.span_id for p in producers)
 
     # The spawn span: the agent's pid, its executable, no command line without content capture.
-    spawn = the(spans, "acp.spawn", "INTERNAL", CLIENT_SERVICE)
+    spawn = one(spans, "acp.spawn", "INTERNAL", CLIENT_SERVICE)
     assert isinstance(spawn.attributes["process.pid"], int) and spawn.attributes["process.pid"] > 0
     assert spawn.attributes["process.executable.name"] == Path(sys.executable).name
     assert "process.command_args" not in spawn.attributes
@@ -231,12 +192,12 @@ def test_propagate_env_false_agent_exports_nothing(receiver: OtlpReceiver) -> No
     env = otel_env(receiver, OTEL_PYTHON_ACP_PROPAGATE_ENV="false")
     done = run_instrumented([str(EXAMPLES / "client.py")], env)
     assert done.returncode == 0, done.stderr
-    spans = receiver.wait_for(has_span("session/prompt", "CLIENT", CLIENT_SERVICE), timeout=10)
+    receiver.wait_for(has_span("session/prompt", "CLIENT", CLIENT_SERVICE), timeout=10)
     time.sleep(0.3)  # both processes have exited; nothing else should be on its way
     spans = receiver.spans()
     assert {s.service_name for s in spans} == {CLIENT_SERVICE}
-    assert by(spans, "acp.spawn", "INTERNAL")  # the spawn is still traced, only the environment is not passed
-    assert not by(spans, "session/prompt", "SERVER")
+    assert find(spans, "acp.spawn", "INTERNAL")  # the spawn is still traced, only the environment is not passed
+    assert not find(spans, "session/prompt", "SERVER")
 
 
 # ------------------------------------------------------------------ spawning from an instrumented process
@@ -311,14 +272,14 @@ async def test_explicit_service_name_wins(
             response = await drive_turn(conn, example_client)
             assert response.stop_reason == "end_turn"
             pids[name] = process.pid
-        receiver.wait_for(has_span("session/prompt", "SERVER", name), timeout=10)
+        await asyncio.to_thread(receiver.wait_for, has_span("session/prompt", "SERVER", name), 10)
 
     assert {s.service_name for s in receiver.spans()} == {"agent", "explicit-agent"}
     spawns = [s for s in exporter.get_finished_spans() if s.name == "acp.spawn"]
     assert sorted(s.attributes["process.pid"] for s in spawns) == sorted(pids.values())
     # The agent's spans continue the client's trace (the client runs in this process).
     client_prompts = [s for s in exporter.get_finished_spans() if s.name == "session/prompt"]
-    server_prompts = by(receiver.spans(), "session/prompt", "SERVER")
+    server_prompts = find(receiver.spans(), "session/prompt", "SERVER")
     assert {f"{s.get_span_context().span_id:016x}" for s in client_prompts} == {
         s.parent_span_id for s in server_prompts
     }
@@ -373,7 +334,7 @@ async def test_sigterm_right_after_the_turn_loses_no_spans(receiver: OtlpReceive
             proc.kill()
             await proc.wait()
     assert returncode == -15
-    spans = receiver.wait_for(has_span("session/prompt", "SERVER", "terminated-agent"), timeout=5)
+    spans = await asyncio.to_thread(receiver.wait_for, has_span("session/prompt", "SERVER", "terminated-agent"), 5)
     assert {"initialize", "session/new", "session/prompt", "session/update"} <= {s.name for s in spans}
     assert receiver.export_counts["grpc"] > 0
 
@@ -421,6 +382,7 @@ def test_distro_and_exporter_come_without_extras() -> None:
     assert {"opentelemetry-distro", "opentelemetry-exporter-otlp", "opentelemetry-instrumentation"} <= plain
 
 
+@pytest.mark.timeout(DOWNLOAD_TIMEOUT + 60)  # the first run on a machine downloads the SDK's sdist
 def test_sdk_example_client_terminates_its_agent(receiver: OtlpReceiver, sdk_examples: Path) -> None:
     """The SDK's own example client and agent, unmodified: one line, EOF, then it terminates the agent."""
     source = (sdk_examples / "client.py").read_text()
@@ -434,8 +396,8 @@ def test_sdk_example_client_terminates_its_agent(receiver: OtlpReceiver, sdk_exa
     # That client starts the agent itself (full environment): both are "sdk-example"; the agent's side is
     # the SERVER of session/prompt, which only the SIGTERM flush could deliver.
     spans = receiver.wait_for(has_span("session/prompt", "SERVER"), timeout=5)
-    server = the(spans, "session/prompt", "SERVER")
-    client = the(spans, "session/prompt", "CLIENT")
+    server = one(spans, "session/prompt", "SERVER")
+    client = one(spans, "session/prompt", "CLIENT")
     assert server.parent_span_id == client.span_id
     assert server.resource_attributes != {} and server.service_name == "sdk-example"
 
@@ -465,7 +427,7 @@ def test_demo_with_embedded_receiver(tmp_path: Path) -> None:
     roots = [s for s in spans if not s.parent_span_id]
     assert [r.name for r in roots] == ["acp-otel demo"]
     for name in ("initialize", "session/new", "session/prompt"):
-        assert the(spans, name, "SERVER", AGENT_SERVICE)
+        assert one(spans, name, "SERVER", AGENT_SERVICE)
     line = output.read_text(encoding="utf-8").splitlines()[0]
     assert json.loads(line)["resourceSpans"]
 

@@ -7,56 +7,37 @@ application's logs must be identical, nothing may be raised from acp_otel, and e
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
-import os
-import subprocess
-import sys
 from typing import Any
 
 import pytest
-from hostile_corpus import BAGGAGE_VALUES, INCOMING, OUTGOING_ANSWERS, TP_VALID, outgoing_calls
+from acp_app import initialize
+from agent_process import agent_process
+from hostile_corpus import BAGGAGE_VALUES, INCOMING, OUTGOING_ANSWERS, outgoing_calls
 from hostile_harness import (
-    SpanCounter,
-    Switch,
+    assert_no_baggage_in_spans,
     assert_same_incoming,
     assert_same_outgoing,
-    attribute_values,
     incoming_exchange,
     outgoing_exchange,
+    run_off_then_on,
 )
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-@pytest.fixture
-def counter(provider: Any) -> SpanCounter:
-    c = SpanCounter()
-    provider.add_span_processor(c)
-    return c
-
-
-def test_corpus_is_large_enough() -> None:
-    assert len(INCOMING) + len(OUTGOING_ANSWERS) >= 50
+from spans import SpanCounter, one
 
 
 @pytest.mark.parametrize("case", INCOMING, ids=[c.name for c in INCOMING])
 async def test_incoming_hostile_input(case: Any, instrument: Any, counter: SpanCounter, exporter: Any) -> None:
-    switch = Switch(instrument)
-    switch.off()
-    plain_run = await incoming_exchange(case.side, list(case.lines))
-    assert counter.started == 0
-    switch.on()
-    traced = await incoming_exchange(case.side, list(case.lines), counter)
+    plain_run, traced = await run_off_then_on(
+        instrument, incoming_exchange, case.side, list(case.lines), counter=counter
+    )
     assert_same_incoming(plain_run, traced, case.name)
     assert not counter.open, f"spans left open: {counter.open}"
     assert counter.started == counter.ended
     if not traced.disconnected:
         assert counter.started > 0  # the sentinel request at least was traced
-    for span in exporter.get_finished_spans():  # incoming baggage never becomes an attribute
-        for value in attribute_values(span):
-            assert value not in BAGGAGE_VALUES, (case.name, span.name, value)
-            assert not (isinstance(value, str) and any(b in value for b in BAGGAGE_VALUES)), (case.name, span.name)
+    assert_no_baggage_in_spans(exporter.get_finished_spans(), BAGGAGE_VALUES, case.name)
 
 
 OUT_CALLS = outgoing_calls()
@@ -74,12 +55,11 @@ async def test_outgoing_hostile_responses(
     call_name: str, answer: Any, instrument: Any, counter: SpanCounter, exporter: Any
 ) -> None:
     side, call = OUT_CALLS[call_name]
-    switch = Switch(instrument)
-    switch.off()
-    plain_run = await outgoing_exchange(side, call, answer.respond)
-    switch.on()
-    traced = await outgoing_exchange(side, call, answer.respond, counter)
+    plain_run, traced = await run_off_then_on(
+        instrument, outgoing_exchange, side, call, answer.respond, counter=counter
+    )
     assert_same_outgoing(plain_run, traced, f"{call_name}|{answer.name}")
+    assert traced.request_seen  # every call here sends its request
     assert not counter.open, f"spans left open: {counter.open}"
     assert counter.started == counter.ended
     client_spans = [s for s in exporter.get_finished_spans() if s.kind.name == "CLIENT"]
@@ -93,65 +73,44 @@ async def test_outgoing_hostile_responses(
         assert client_spans[0].status.status_code.name == "UNSET"
 
 
-async def test_outgoing_params_of_the_caller_are_not_mutated(instrument: Any, counter: SpanCounter) -> None:
+async def test_outgoing_params_of_the_caller_are_not_mutated(
+    instrument: Any, counter: SpanCounter, exporter: Any
+) -> None:
     params = {"a": 1, "_meta": {"k": "v", "nested": {"x": [1]}}}
     snapshot = copy.deepcopy(params)
 
     async def call(conn: Any) -> Any:
         return await conn.ext_method("vendor.dev/q", params)
 
-    traced = await outgoing_exchange("agent", call, lambda q: [])
+    traced = await outgoing_exchange("agent", call, lambda q: [], counter)
     assert traced.caller == ("result", {"final": True})
     assert params == snapshot
     sent = next(m for m in traced.received if isinstance(m, dict) and "method" in m)
-    assert sent["params"]["_meta"]["traceparent"] != TP_VALID
+    (client,) = [s for s in exporter.get_finished_spans() if s.kind.name == "CLIENT"]
+    ctx = client.get_span_context()
+    assert sent["params"]["_meta"]["traceparent"].startswith(f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-")
     assert sent["params"]["_meta"]["k"] == "v"
+    assert sent["params"]["_meta"]["nested"] == {"x": [1]}
     assert not counter.open
 
 
 # ------------------------------------------------------------------------------------------ uninstrumented peer
 
 
-def _spawn_agent(extra_env: dict[str, str] | None = None) -> list[str]:
-    return [sys.executable, os.path.join(HERE, "plain_nokwargs_agent.py")]
-
-
-async def _initialize_uninstrumented_agent() -> Any:
-    """Instrumented client (this process) -> NoKwargsAgent in a subprocess that is *not* instrumented."""
-    import asyncio
-
-    from acp import ClientSideConnection
-    from acp_app import TraceClient, initialize
-
-    proc = await asyncio.create_subprocess_exec(
-        *_spawn_agent(),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": HERE},
-        limit=2**24,
-    )
-    assert proc.stdin is not None and proc.stdout is not None
-    conn = ClientSideConnection(lambda c: TraceClient(), proc.stdin, proc.stdout)
-    try:
+async def _initialize_uninstrumented_agent() -> tuple[Any, str]:
+    """Instrumented client (this process) -> NoKwargsAgent in a subprocess that is *not* instrumented;
+    returns what the client saw and the agent's stderr."""
+    result: Any
+    async with agent_process("nokwargs") as agent:
         try:
-            result: Any = ("ok", await asyncio.wait_for(initialize(conn), 20))
+            result = ("ok", await asyncio.wait_for(initialize(agent.conn), 20))
         except Exception as exc:
             result = ("raised", type(exc).__name__, getattr(exc, "code", None), getattr(exc, "data", None))
         if result[0] == "ok":
-            session = await asyncio.wait_for(conn.new_session(cwd="/tmp", mcp_servers=[]), 10)
+            session = await asyncio.wait_for(agent.conn.new_session(cwd="/tmp", mcp_servers=[]), 10)
             result = (*result, session.session_id)
-    finally:
-        await conn.close()
-        proc.stdin.close()
-        try:
-            await asyncio.wait_for(proc.wait(), 10)
-        except asyncio.TimeoutError:
-            proc.kill()
-            await proc.wait()
-        assert proc.stderr is not None
-        result = (*result, (await proc.stderr.read()).decode("utf-8", "replace"))
-    return result
+    assert agent.returncode == 0 and not agent.killed, (agent.returncode, agent.stderr[-2000:])
+    return result, agent.stderr
 
 
 async def test_uninstrumented_nokwargs_agent_breaks_with_default_injection(
@@ -159,31 +118,39 @@ async def test_uninstrumented_nokwargs_agent_breaks_with_default_injection(
 ) -> None:
     """ACP-META-001 requires agents to accept ``_meta.traceparent``; an SDK agent whose ``initialize``
     lacks ``**kwargs`` does not, and fails with -32603 once the editor injects trace context."""
-    result = await _initialize_uninstrumented_agent()
+    result, stderr = await _initialize_uninstrumented_agent()
     assert result[0] == "raised" and result[1] == "RequestError" and result[2] == -32603, result
-    assert "traceparent" in json.dumps(result[3]) or "traceparent" in result[-1]
-    span = next(s for s in exporter.get_finished_spans() if s.name == "initialize")
+    assert "traceparent" in json.dumps(result[3]) or "traceparent" in stderr
+    span = one(exporter.get_finished_spans(), "initialize", "CLIENT")
     assert span.status.status_code.name == "ERROR"
     assert not counter.open
 
 
-@pytest.mark.parametrize("options", [{"inject": False}, {"inject_excluded_methods": ["initialize"]}])
+@pytest.mark.parametrize(
+    ("options", "env"),
+    [
+        ({"inject": False}, {}),
+        ({"inject_excluded_methods": ["initialize"]}, {}),
+        ({}, {"OTEL_PYTHON_ACP_INJECT_EXCLUDED_METHODS": "initialize"}),
+    ],
+    ids=["inject-false", "excluded-option", "excluded-env"],
+)
 async def test_uninstrumented_nokwargs_agent_works_without_injection(
-    options: dict[str, Any], instrument: Any, exporter: Any, counter: SpanCounter
+    options: dict[str, Any],
+    env: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    instrument: Any,
+    exporter: Any,
+    counter: SpanCounter,
 ) -> None:
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
     instrument(**options)
-    result = await _initialize_uninstrumented_agent()
+    result, _ = await _initialize_uninstrumented_agent()
     assert result[0] == "ok", result
-    names = [s.name for s in exporter.get_finished_spans()]
-    assert "initialize" in names and "session/new" in names  # spans are still recorded
-    init = next(s for s in exporter.get_finished_spans() if s.name == "initialize")
+    spans = exporter.get_finished_spans()
+    init = one(spans, "initialize", "CLIENT")  # spans are still recorded
+    one(spans, "session/new", "CLIENT")
     assert init.status.status_code.name == "UNSET"
     assert init.attributes.get("acp.agent.name") is None  # NoKwargsAgent sends no agentInfo
     assert not counter.open
-
-
-async def test_uninstrumented_nokwargs_agent_env_setting(monkeypatch: Any, instrument: Any, exporter: Any) -> None:
-    monkeypatch.setenv("OTEL_PYTHON_ACP_INJECT_EXCLUDED_METHODS", "initialize")
-    instrument()
-    result = await _initialize_uninstrumented_agent()
-    assert result[0] == "ok", result

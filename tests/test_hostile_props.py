@@ -10,19 +10,18 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import pytest
-from hostile_corpus import BAGGAGE_VALUES, SPAN_ID, TP_VALID, TRACE_ID
+from hostile_corpus import BAGGAGE_VALUES, SPAN_ID, TP_VALID, TRACE_ID, raw_request
 from hostile_harness import (
-    SpanCounter,
-    Switch,
+    assert_no_baggage_in_spans,
     assert_same_incoming,
     assert_same_outgoing,
-    attribute_values,
     incoming_exchange,
     outgoing_exchange,
+    run_off_then_on,
 )
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from spans import SpanCounter
 
 EXAMPLES = 150
 SETTINGS = settings(
@@ -131,25 +130,20 @@ def messages(methods: list[str], with_update: bool) -> st.SearchStrategy[Any]:
     return msg
 
 
-@pytest.fixture
-def counter(provider: Any) -> SpanCounter:
-    c = SpanCounter()
-    provider.add_span_processor(c)
-    return c
+def _fresh(counter: SpanCounter, exporter: Any) -> None:
+    """Function-scoped fixtures live across all of a test's examples: start each example from zero."""
+    counter.reset()
+    exporter.clear()
 
 
 def _check_incoming(side: str, lines: list[Any], instrument: Any, counter: SpanCounter, exporter: Any) -> None:
-    switch = Switch(instrument)
-    switch.off()
-    plain_run = asyncio.run(incoming_exchange(side, lines))
-    switch.on()
-    exporter.clear()
-    traced = asyncio.run(incoming_exchange(side, lines, counter))
+    _fresh(counter, exporter)
+    plain_run, traced = asyncio.run(run_off_then_on(instrument, incoming_exchange, side, lines, counter=counter))
     assert_same_incoming(plain_run, traced, repr(lines)[:300])
     assert not counter.open, counter.open
-    for span in exporter.get_finished_spans():
-        for value in attribute_values(span):
-            assert value not in BAGGAGE_VALUES
+    assert counter.started == counter.ended
+    assert exporter.get_finished_spans() or traced.disconnected  # the sentinel request at least was traced
+    assert_no_baggage_in_spans(exporter.get_finished_spans(), BAGGAGE_VALUES, repr(lines)[:300])
 
 
 @SETTINGS
@@ -187,15 +181,12 @@ def test_random_responses_to_client_requests(
     def respond(request: dict[str, Any]) -> list[Any]:
         return [{**a, "id": request["id"]} if a.get("id") == "SAME" else a for a in answers]
 
-    def call(conn: Any) -> Any:
-        return conn._conn.send_request(method, params)
-
-    switch = Switch(instrument)
-    switch.off()
-    plain_run = asyncio.run(outgoing_exchange("client", call, respond))
-    switch.on()
-    exporter.clear()
-    traced = asyncio.run(outgoing_exchange("client", call, respond, counter))
+    _fresh(counter, exporter)
+    plain_run, traced = asyncio.run(
+        run_off_then_on(instrument, outgoing_exchange, "client", raw_request(method, params), respond, counter=counter)
+    )
     assert_same_outgoing(plain_run, traced, repr((method, params, answers))[:300])
+    assert traced.request_seen
     assert not counter.open, counter.open
+    assert counter.started == counter.ended == 1
     assert [s.kind.name for s in exporter.get_finished_spans()] == ["CLIENT"]

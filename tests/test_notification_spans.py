@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from acp_app import SECRET, TraceAgent, TraceClient, initialize, prompt
+import pytest
+from acp_app import SECRET, TraceAgent, TraceClient, initialize, open_session, prompt
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind
-from spans import find, one, parent_of, span_id, trace_id
+from spans import find, one, parent_of, span_id, trace_id, wait_until
 
 C, S, P, N = SpanKind.CLIENT, SpanKind.SERVER, SpanKind.PRODUCER, SpanKind.CONSUMER
 TRACE_KEYS = {"traceparent", "tracestate", "baggage"}
@@ -30,9 +31,8 @@ class RecordingClient(TraceClient):
 
 async def _turn(pair: Any, client: Any = None, text: str = "hello") -> Any:
     p = await pair(TraceAgent(), client or RecordingClient())
-    await initialize(p.client_conn)
-    session = await p.client_conn.new_session(cwd="/tmp", mcp_servers=[])
-    response = await prompt(p.client_conn, session.session_id, text)
+    session_id = await open_session(p.client_conn)
+    response = await prompt(p.client_conn, session_id, text)
     assert response.stop_reason == "end_turn"
     return p
 
@@ -158,17 +158,13 @@ async def test_events_bounded_by_max_events_per_span(instrument: Any, exporter: 
 async def test_events_without_a_prompt_in_flight_keep_their_spans(instrument: Any, exporter: Any, pair: Any) -> None:
     instrument(notification_spans="events")
     p = await pair(TraceAgent(), RecordingClient())
-    await initialize(p.client_conn)
-    session = await p.client_conn.new_session(cwd="/tmp", mcp_servers=[])
+    session_id = await open_session(p.client_conn)
     # An update outside any prompt turn has no span to carry it: it keeps its own spans.
     await p.agent_conn.session_update(
-        session_id=session.session_id,
+        session_id=session_id,
         update={"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "hi"}},
     )
-    for _ in range(100):
-        if p.client.updates:
-            break
-        await asyncio.sleep(0.01)
+    await wait_until(lambda: find(exporter.get_finished_spans(), "session/update", N), what="the CONSUMER span")
     spans = exporter.get_finished_spans()
     one(spans, "session/update", P)
     one(spans, "session/update", N)
@@ -176,15 +172,26 @@ async def test_events_without_a_prompt_in_flight_keep_their_spans(instrument: An
 
 
 async def test_events_leave_no_prompt_registered(instrument: Any, exporter: Any, pair: Any) -> None:
+    from acp.exceptions import RequestError
+
     from acp_otel import sdk_adapter
 
     instrument(notification_spans="events")
-    p = await _turn(pair)
-    for text in ("fail", "rpcerror"):
-        try:
-            await prompt(p.client_conn, "sess-1", text)
-        except Exception:
-            pass
+    p = await pair(TraceAgent(), RecordingClient())
+    await initialize(p.client_conn)
+    session_id = (await p.client_conn.new_session(cwd="/tmp", mcp_servers=[])).session_id
     engine = sdk_adapter.current_engine()
     assert engine is not None
+    assert (await prompt(p.client_conn, session_id, "hello")).stop_reason == "end_turn"
+    for text in ("fail", "rpcerror"):
+        with pytest.raises(RequestError):
+            await prompt(p.client_conn, session_id, text)
+    # a cancelled caller: its prompt span must be unregistered too
+    task = asyncio.create_task(prompt(p.client_conn, session_id, "slow"))
+    await wait_until(lambda: engine.open_prompt_count() == 2, what="both sides registered the prompt")
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await p.client_conn.cancel(session_id=session_id)
+    await wait_until(lambda: len(find(exporter.get_finished_spans(), "session/prompt", S)) == 4, what="4 turns")
     assert engine.open_prompt_count() == 0

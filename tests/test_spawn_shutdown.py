@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import subprocess
@@ -11,9 +10,11 @@ import textwrap
 from typing import Any
 
 import pytest
+from acp_app import initialize
 from opentelemetry.sdk.trace import TracerProvider
+from spans import one, wait_until
 
-from acp_otel import AcpInstrumentor, shutdown, spawn
+from acp_otel import AcpInstrumentor, shutdown
 from acp_otel.spawn import child_environment, env_carrier, service_name_for_command
 
 SITE = "/venv/lib/python3.11/site-packages/opentelemetry/instrumentation/auto_instrumentation"
@@ -113,7 +114,7 @@ async def test_spawn_failure_is_an_error_span(instrument: Any, exporter: Any) ->
     with pytest.raises(FileNotFoundError):
         async with spawn_stdio_transport("/nonexistent/acp-agent"):
             pass
-    (span,) = [s for s in exporter.get_finished_spans() if s.name == "acp.spawn"]
+    span = one(exporter.get_finished_spans(), "acp.spawn")
     assert span.status.status_code.name == "ERROR"
     assert span.attributes["error.type"] == "FileNotFoundError"
     assert span.attributes["process.executable.name"] == "acp-agent"
@@ -123,10 +124,16 @@ async def test_spawn_failure_is_an_error_span(instrument: Any, exporter: Any) ->
 async def test_command_args_only_with_content_capture(instrument: Any, exporter: Any) -> None:
     from acp.transports import spawn_stdio_transport
 
-    instrument(capture_content=True)
-    async with spawn_stdio_transport(sys.executable, "-c", "pass", env={"X": "1"}) as (_r, _w, process):
+    async with spawn_stdio_transport(sys.executable, "-c", "pass") as (_r, _w, process):
         await process.wait()
-    (span,) = [s for s in exporter.get_finished_spans() if s.name == "acp.spawn"]
+    span = one(exporter.get_finished_spans(), "acp.spawn")
+    assert span.attributes["process.pid"] == process.pid
+    assert "process.command_args" not in span.attributes  # a command line is content: off by default
+    exporter.clear()
+    instrument(capture_content=True)
+    async with spawn_stdio_transport(sys.executable, "-c", "pass") as (_r, _w, process):
+        await process.wait()
+    span = one(exporter.get_finished_spans(), "acp.spawn")
     assert list(span.attributes["process.command_args"]) == [sys.executable, "-c", "pass"]
 
 
@@ -150,15 +157,11 @@ async def test_end_of_input_flushes_and_sigterm_handler_is_installed_and_restore
     instrumentor.instrument(tracer_provider=provider)
     try:
         p = await pair()
-        await asyncio.sleep(0.05)
+        await initialize(p.client_conn)  # a round trip: both receive loops are running
         assert signal.getsignal(signal.SIGTERM) is shutdown._on_sigterm
         for writer in p._writers:  # the peer goes away: both receive loops reach end of input
             writer.close()
-        for _ in range(100):
-            if provider.flushes >= 1:
-                break
-            await asyncio.sleep(0.02)
-        assert provider.flushes >= 1
+        await wait_until(lambda: provider.flushes >= 1, what="a flush at end of input")
     finally:
         instrumentor.uninstrument()
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
@@ -172,8 +175,8 @@ async def test_application_sigterm_handler_is_left_alone(provider: TracerProvide
     instrumentor = AcpInstrumentor()
     instrumentor.instrument(tracer_provider=provider)
     try:
-        await pair()
-        await asyncio.sleep(0.05)
+        p = await pair()
+        await initialize(p.client_conn)  # a round trip: both receive loops are running
         assert signal.getsignal(signal.SIGTERM) is mine
     finally:
         instrumentor.uninstrument()
@@ -235,7 +238,3 @@ def test_sigterm_exit_status_is_unchanged(tmp_path: Any) -> None:
         if proc.poll() is None:
             proc.kill()
     assert marker.read_text() == str(int(shutdown.FLUSH_TIMEOUT_S * 1000))
-
-
-def test_spawn_module_state_cleared() -> None:
-    assert spawn._state is None and shutdown._state is None
