@@ -2,6 +2,10 @@
 
 Pure functions over plain JSON values. They copy only the levels they change (the message, its
 ``params`` and ``_meta``), never the caller's objects, and never add a field at the root of ``params``.
+
+The headers come from the globally configured propagator (``OTEL_PROPAGATORS``). When that is exactly
+the default W3C pair (trace-context then baggage) the common cases take a fast path (see
+:mod:`acp_otel.w3c_fast`) that gives the same headers and contexts at a fraction of the cost.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from typing import Any
 from opentelemetry import propagate
 from opentelemetry.context import Context
 
+from . import w3c_fast
 from .semconv import RESERVED_META_KEYS
 
 META = "_meta"
@@ -26,8 +31,11 @@ def carrier_for(context: Context | None) -> dict[str, str]:
 
     A propagator that raises (a broken custom one) yields no headers: the message goes out as given.
     """
-    carrier: dict[str, str] = {}
     try:
+        fast = w3c_fast.for_propagator(propagate.get_global_textmap())
+        if fast is not None:
+            return fast.inject(context)
+        carrier: dict[str, str] = {}
         propagate.inject(carrier, context=context)
     except Exception:
         _log.debug("acp_otel: propagator failed to inject", exc_info=True)
@@ -111,6 +119,11 @@ def context_from_carrier(carrier: dict[str, str] | None) -> Context:
         _install_log_filter()
     token = _EXTRACTING.set(True)
     try:
+        fast = w3c_fast.for_propagator(propagate.get_global_textmap())
+        if fast is not None:
+            context = fast.extract(carrier)
+            if context is not None:
+                return context
         return propagate.extract(carrier, context=Context())
     except Exception:
         _log.debug("acp_otel: propagator failed to extract", exc_info=True)
