@@ -11,7 +11,7 @@ the default W3C pair (trace-context then baggage) the common cases take a fast p
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Collection
 from contextvars import ContextVar
 from typing import Any
 
@@ -132,7 +132,7 @@ def context_from_carrier(carrier: dict[str, str] | None) -> Context:
         _EXTRACTING.reset(token)
 
 
-def strip_and_extract(message: Any, keys: Iterable[str] = RESERVED_META_KEYS) -> tuple[Any, dict[str, str] | None]:
+def strip_and_extract(message: Any, keys: Collection[str] = RESERVED_META_KEYS) -> tuple[Any, dict[str, str] | None]:
     """``(message without the trace keys, their string values)`` from ``params._meta``.
 
     The message is copied only down to ``_meta`` and only when there is something to strip. ``_meta`` is
@@ -148,20 +148,27 @@ def strip_and_extract(message: Any, keys: Iterable[str] = RESERVED_META_KEYS) ->
     meta = params.get(META)
     if type(meta) is not dict:
         return message, None
-    present = [key for key in keys if key in meta]
+    # One pass over the (few) trace keys; only string values are trace context, but the key is stripped
+    # whatever its value.
+    carrier: dict[str, str] | None = None
+    present = 0
+    for key in keys:
+        if key in meta:
+            present += 1
+            value = meta[key]
+            if type(value) is str:
+                if carrier is None:
+                    carrier = {key: value}
+                else:
+                    carrier[key] = value
     if not present:
         return message, None
-    # Only string values are trace context; the key is stripped whatever its value.
-    carrier = {key: meta[key] for key in present if type(meta[key]) is str} or None
-    new_meta = {k: v for k, v in meta.items() if k not in present}
     new_params = dict(params)
-    if new_meta:
-        new_params[META] = new_meta
-    else:
+    if present == len(meta):  # only trace keys (the usual case): no _meta left to build
         del new_params[META]
-    new_message = dict(message)
-    new_message["params"] = new_params
-    return new_message, carrier
+    else:
+        new_params[META] = {k: v for k, v in meta.items() if k not in keys}
+    return {**message, "params": new_params}, carrier
 
 
 def propagator_fields() -> tuple[str, ...]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from opentelemetry import baggage, context, trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
@@ -90,3 +92,34 @@ def test_no_carrier_gives_an_empty_context_not_the_ambient_one() -> None:
 def test_invalid_traceparent_gives_empty_context() -> None:
     ctx = propagation.context_from_carrier({"traceparent": "ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"})
     assert not trace.get_current_span(ctx).get_span_context().is_valid
+
+
+json_leaf = st.none() | st.booleans() | st.integers() | st.text(max_size=8)
+json_value = st.recursive(
+    json_leaf, lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=5), c, max_size=3)
+)
+meta_key = st.sampled_from(["traceparent", "tracestate", "baggage", "b3", "other", "zed.dev/x"]) | st.text(max_size=5)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.dictionaries(meta_key, json_value, max_size=5),
+    st.dictionaries(st.text(max_size=5).filter(lambda k: k != "_meta"), json_value, max_size=3),
+    st.sampled_from([propagation.RESERVED_META_KEYS, (*propagation.RESERVED_META_KEYS, "b3")]),
+)
+def test_strip_matches_its_specification_and_never_mutates(meta: dict, rest: dict, keys: tuple) -> None:
+    message = {"jsonrpc": "2.0", "id": 1, "method": "m", "params": {**rest, "_meta": meta}}
+    before = copy.deepcopy(message)
+    stripped, carrier = propagation.strip_and_extract(message, keys)
+    assert message == before
+    left = {k: v for k, v in meta.items() if k not in keys}
+    expected_carrier = {k: meta[k] for k in keys if type(meta.get(k)) is str} or None
+    assert carrier == expected_carrier
+    if len(left) == len(meta):  # nothing to strip: the very same message
+        assert stripped is message
+        return
+    expected_params = {**rest, "_meta": left} if left else rest
+    assert stripped == {**message, "params": expected_params}
+    assert stripped is not message and stripped["params"] is not message["params"]
+    if left:
+        assert stripped["params"]["_meta"] is not meta
