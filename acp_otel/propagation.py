@@ -115,11 +115,20 @@ def context_from_carrier(carrier: dict[str, str] | None) -> Context:
     """
     if not carrier:
         return Context()
+    fast = w3c_fast.for_propagator(propagate.get_global_textmap())
+    if fast is not None and "baggage" not in carrier:
+        # Calls no propagator, so logs nothing: no need for the log filter's flag.
+        try:
+            context = fast.extract(carrier)
+        except Exception:
+            _log.debug("acp_otel: failed to extract", exc_info=True)
+            return Context()
+        if context is not None:
+            return context
     if not _log_filter_installed:
         _install_log_filter()
     token = _EXTRACTING.set(True)
     try:
-        fast = w3c_fast.for_propagator(propagate.get_global_textmap())
         if fast is not None:
             context = fast.extract(carrier)
             if context is not None:

@@ -118,7 +118,10 @@ def for_propagator(textmap: Any) -> W3CFastPath | None:
     """The fast path when ``textmap`` is exactly the default W3C composite, else ``None``."""
     global _checked, _answer
     if textmap is not _checked:
-        _answer = _examine(textmap)
+        try:
+            _answer = _examine(textmap)
+        except Exception:  # an odd custom propagator: no fast path
+            _answer = None
         _checked = textmap
     return _answer
 
