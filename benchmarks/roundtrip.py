@@ -50,6 +50,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 VARIANTS = ("bare", "floor", "instr")
+# Informational (--contract-floor): the floor's spans carrying the instrumented spans' own attributes.
+CONTRACT_FLOOR = "floor-contract"
 TARGET = 1.10
 
 # ------------------------------------------------------------------------------------------ set-up
@@ -132,8 +134,10 @@ class Floor:
     many spans as the instrumentation does in the mode under test. Every message is injected / extracted.
     """
 
-    def __init__(self, spans_per_turn: int) -> None:
+    def __init__(self, spans_per_turn: int, attributes: dict[tuple[str, str], dict[str, Any]] | None = None) -> None:
         self.spans_per_turn = spans_per_turn
+        # (method, span kind name) -> the attributes to set instead of the two minimal ones.
+        self.attributes = attributes or {}
         self._saved: dict[str, Any] = {}
 
     def __enter__(self) -> None:
@@ -148,6 +152,7 @@ class Floor:
         attach, detach = otel_context.attach, otel_context.detach
         budget = [0]
         per_turn = self.spans_per_turn
+        contract = self.attributes
 
         def take() -> bool:
             if budget[0] > 0:
@@ -156,7 +161,7 @@ class Floor:
             return False
 
         def start(method: str, kind: SpanKind, parent: Any = None) -> Any:
-            attributes = {"rpc.system.name": "jsonrpc", "acp.method.name": method}
+            attributes = contract.get((method, kind.name)) or {"rpc.system.name": "jsonrpc", "acp.method.name": method}
             return tracer.start_span(method, context=parent, kind=kind, attributes=attributes)
 
         def inject_into(params: Any, span: Any) -> Any:
@@ -230,16 +235,23 @@ class Floor:
         self._saved.clear()
 
 
-async def _count_spans_per_turn(mode: str, ks: list[int]) -> dict[int, int]:
-    """Spans the instrumentation emits per prompt turn in ``mode``, through an always-sampling provider."""
+async def _count_spans_per_turn(mode: str, ks: list[int]) -> tuple[dict[int, int], dict[tuple[str, str], Any]]:
+    """Spans the instrumentation emits per prompt turn in ``mode``, through an always-sampling provider.
+
+    Also the attributes its spans end with, per (method, kind), for the informational contract floor.
+    """
     from _bench_app import BenchPair
     from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+
+    attributes: dict[tuple[str, str], Any] = {}
 
     class Counter(SpanProcessor):
         ended = 0
 
         def on_end(self, span: Any) -> None:
             self.ended += 1
+            method = span.attributes.get("acp.method.name", span.name)
+            attributes[(method, span.kind.name)] = dict(span.attributes)
 
     counter = Counter()
     provider = TracerProvider()
@@ -255,14 +267,16 @@ async def _count_spans_per_turn(mode: str, ks: list[int]) -> dict[int, int]:
                 await pair.prompt(f"k={k}")
             out[k] = round((counter.ended - before) / turns)
             await pair.close()
-    return out
+    return out, attributes
 
 
-def _variant(name: str, provider: Any, mode: str, spans: int) -> Any:
+def _variant(name: str, provider: Any, mode: str, spans: int, attributes: dict[tuple[str, str], Any]) -> Any:
     if name == "instr":
         return Instrumented(provider, mode)
     if name == "floor":
         return Floor(spans)
+    if name == CONTRACT_FLOOR:
+        return Floor(spans, attributes)
     return Bare()
 
 
@@ -279,16 +293,17 @@ async def _micro_rounds(args: argparse.Namespace) -> dict[str, Any]:
 
     ks = [int(k) for k in args.ks.split(",")]
     _sdk_spans_off()
-    spans = await _count_spans_per_turn(args.mode, ks)
+    spans, attributes = await _count_spans_per_turn(args.mode, ks)
     provider, _exporter = _provider(args.sampling)
-    times: dict[int, dict[str, list[float]]] = {k: {v: [] for v in VARIANTS} for k in ks}
+    variants = (*VARIANTS, CONTRACT_FLOOR) if args.contract_floor else VARIANTS
+    times: dict[int, dict[str, list[float]]] = {k: {v: [] for v in variants} for k in ks}
     for r in range(args.rounds + 1):  # round 0 warms up every path and is not recorded
         for k in ks if r % 2 else reversed(ks):
-            order = VARIANTS[r % 3 :] + VARIANTS[: r % 3]
+            order = variants[r % len(variants) :] + variants[: r % len(variants)]
             n = _turns(k, args.turns)
             text = f"k={k}"
             for name in order:
-                with _variant(name, provider, args.mode, spans[k]):
+                with _variant(name, provider, args.mode, spans[k], attributes):
                     pair = await BenchPair().start()
                     await pair.prompt(text)
                     provider.force_flush()  # each timed section starts with an empty span queue
@@ -310,9 +325,9 @@ async def _icount_run(args: argparse.Namespace) -> None:
     gc.disable()
     k = int(args.ks)
     _sdk_spans_off()
-    spans = await _count_spans_per_turn(args.mode, [k])
+    spans, attributes = await _count_spans_per_turn(args.mode, [k])
     provider, _exporter = _provider(args.sampling)
-    with _variant(args.icount, provider, args.mode, spans[k]):
+    with _variant(args.icount, provider, args.mode, spans[k], attributes):
         pair = await BenchPair().start()
         for _ in range(3):  # warm-up, in both run lengths alike
             await pair.prompt(f"k={k}")
@@ -379,52 +394,70 @@ def _verdict(value: float) -> str:
     return "met" if value <= TARGET else "MISSED"
 
 
+def _contract_note(args: argparse.Namespace) -> None:
+    if args.contract_floor:
+        print(
+            "  (info) vs contract floor: (instr − bare) / (floor-contract − bare), the floor's spans carrying the "
+            "instrumented spans' own attributes: what is left once the span contract's attributes are paid"
+        )
+
+
 def _wall(args: argparse.Namespace, modes: list[str], samplings: list[str]) -> None:
     ks = [int(k) for k in args.ks.split(",")]
     print(
         f"\nWall time: {args.rounds} micro-rounds per variant and K (fresh connection pair each; "
         f"{args.turns} turns at K=1, {_turns(max(ks), args.turns)} at K={max(ks)}), µs per turn (medians)"
     )
+    extra = " (info) vs contract floor |" if args.contract_floor else ""
     print(
         "| sampling | notification_spans | K | spans/turn | bare | floor | instr | ratio (median) | p25–p75 "
-        "| target ≤ 1.10 |"
+        f"| target ≤ 1.10 |{extra}"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|" + ("---|" if extra else ""))
     for sampling in samplings:
         for mode in modes:
             common = ["--ks", args.ks, "--turns", str(args.turns), "--rounds", str(args.rounds)]
+            if args.contract_floor:
+                common.append("--contract-floor")
             res = _run_worker(["--worker", "--sampling", sampling, "--mode", mode, *common])
             for k in ks:
                 t = res["times"][str(k)]
                 ratios = [_ratio(i, b, f) for b, f, i in zip(t["bare"], t["floor"], t["instr"], strict=True)]
                 ratio = statistics.median(ratios)
                 med = {v: statistics.median(t[v]) for v in VARIANTS}
+                cell = ""
+                if args.contract_floor:
+                    info = [_ratio(i, b, f) for b, f, i in zip(t["bare"], t[CONTRACT_FLOOR], t["instr"], strict=True)]
+                    cell = f" {statistics.median(info):.2f} |"
                 print(
                     f"| {sampling} | {mode} | {k} | {res['spans'][str(k)]} | {med['bare']:.0f} | {med['floor']:.0f} | "
-                    f"{med['instr']:.0f} | **{ratio:.2f}** | {_quartiles(ratios)} | {_verdict(ratio)} |",
+                    f"{med['instr']:.0f} | **{ratio:.2f}** | {_quartiles(ratios)} | {_verdict(ratio)} |{cell}",
                     flush=True,
                 )
+    _contract_note(args)
 
 
 def _valgrind(args: argparse.Namespace, modes: list[str], samplings: list[str]) -> None:
     ks = [int(k) for k in args.ks.split(",")]
     short, long = args.icount_turns
+    variants = (*VARIANTS, CONTRACT_FLOOR) if args.contract_floor else VARIANTS
     print(
         "\nInstructions per turn under valgrind (cachegrind --cache-sim=no, GC off; "
         f"difference of runs of {short} and {long} turns at K=1, fewer at larger K)"
     )
+    extra = " (info) floor-contract | (info) vs contract floor |" if args.contract_floor else ""
     print(
         "| sampling | notification_spans | K | bare | floor | instr | floor − bare | instr − bare | ratio "
-        "| target ≤ 1.10 |"
+        f"| target ≤ 1.10 |{extra}"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if extra else ""))
     jobs = []
     for sampling in samplings:
         for mode in modes:
             for k in ks:
                 # Fewer turns at large K: the work per turn grows with K.
                 n1, n2 = (max(2, n * 2 // (k + 1)) for n in (short, long))
-                for name in VARIANTS:
+                for name in variants:
                     base = ["--icount", name, "--sampling", sampling, "--mode", mode, "--ks", str(k)]
                     jobs.append(((sampling, mode, k, name, n1), [*base, "--turns", str(n1)]))
                     jobs.append(((sampling, mode, k, name, n2), [*base, "--turns", str(n2)]))
@@ -437,15 +470,20 @@ def _valgrind(args: argparse.Namespace, modes: list[str], samplings: list[str]) 
                 n1, n2 = (max(2, n * 2 // (k + 1)) for n in (short, long))
                 per_turn = {
                     name: (counts[(sampling, mode, k, name, n2)] - counts[(sampling, mode, k, name, n1)]) / (n2 - n1)
-                    for name in VARIANTS
+                    for name in variants
                 }
                 b, f, i = per_turn["bare"], per_turn["floor"], per_turn["instr"]
                 ratio = _ratio(i, b, f)
+                cell = ""
+                if args.contract_floor:
+                    c = per_turn[CONTRACT_FLOOR]
+                    cell = f" {c / 1e3:.0f}k | {_ratio(i, b, c):.2f} |"
                 print(
                     f"| {sampling} | {mode} | {k} | {b / 1e3:.0f}k | {f / 1e3:.0f}k | {i / 1e3:.0f}k | "
-                    f"{(f - b) / 1e3:.0f}k | {(i - b) / 1e3:.0f}k | **{ratio:.2f}** | {_verdict(ratio)} |",
+                    f"{(f - b) / 1e3:.0f}k | {(i - b) / 1e3:.0f}k | **{ratio:.2f}** | {_verdict(ratio)} |{cell}",
                     flush=True,
                 )
+    _contract_note(args)
 
 
 def _parent(args: argparse.Namespace) -> None:
@@ -504,7 +542,12 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2, help="valgrind runs at a time")
     parser.add_argument("--icount-turns", type=lambda s: tuple(int(x) for x in s.split(",")), default=None)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--icount", choices=VARIANTS, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--contract-floor",
+        action="store_true",
+        help="also time the floor with the instrumented spans' own attributes (informational)",
+    )
+    parser.add_argument("--icount", choices=(*VARIANTS, CONTRACT_FLOOR), help=argparse.SUPPRESS)
     parser.add_argument("--mode", help=argparse.SUPPRESS)
     args = parser.parse_args()
     defaults = (("rounds", 40, 200), ("turns", 12, 20), ("icount_turns", (10, 30), (20, 80)))
