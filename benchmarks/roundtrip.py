@@ -87,7 +87,7 @@ def _sdk_spans_off() -> None:
     try:
         import acp.telemetry
 
-        acp.telemetry.TRACER = None
+        setattr(acp.telemetry, "TRACER", None)  # noqa: B010 - the module's public global, typed as a Tracer
     except (ImportError, AttributeError):
         pass
 
@@ -222,10 +222,13 @@ class Floor:
 
             return hook
 
-        Connection.send_request = send_request  # type: ignore[method-assign]
-        Connection.send_notification = send_notification  # type: ignore[method-assign]
-        setattr(Connection, hooks[3], incoming(hooks[3], SpanKind.SERVER))
-        Connection._run_notification = incoming("_run_notification", SpanKind.CONSUMER)  # type: ignore[method-assign]
+        for name, hook in (
+            ("send_request", send_request),
+            ("send_notification", send_notification),
+            (hooks[3], incoming(hooks[3], SpanKind.SERVER)),
+            ("_run_notification", incoming("_run_notification", SpanKind.CONSUMER)),
+        ):
+            setattr(Connection, name, hook)
 
     def __exit__(self, *exc: Any) -> None:
         from acp.connection import Connection

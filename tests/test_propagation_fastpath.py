@@ -74,7 +74,7 @@ hex_ = st.text(LOWER_HEX, min_size=1, max_size=40)
 
 
 @st.composite
-def canonical_traceparent(draw: Any) -> str:
+def canonical_traceparent(draw: st.DrawFn) -> str:
     trace_id = draw(st.sampled_from(["0" * 32]) | st.text(LOWER_HEX, min_size=32, max_size=32))
     span_id = draw(st.sampled_from(["0" * 16]) | st.text(LOWER_HEX, min_size=16, max_size=16))
     flags = draw(st.text(LOWER_HEX, min_size=2, max_size=2))
@@ -82,7 +82,7 @@ def canonical_traceparent(draw: Any) -> str:
 
 
 @st.composite
-def mutated_traceparent(draw: Any) -> str:
+def mutated_traceparent(draw: st.DrawFn) -> str:
     value = draw(canonical_traceparent())
     how = draw(st.sampled_from(["upper", "blank", "version", "suffix", "newline", "cut", "grow", "dash"]))
     if how == "upper":
@@ -191,7 +191,7 @@ trace_states = st.one_of(
 
 
 @st.composite
-def contexts(draw: Any) -> Context:
+def contexts(draw: st.DrawFn) -> Context:
     ctx = Context()
     what = draw(st.sampled_from(["span", "span", "none", "not-a-span"]))
     if what == "span":
