@@ -190,6 +190,23 @@ class Engine:
             cache[self._peer_attr] = state
         return state
 
+    @property
+    def propagation_keys(self) -> tuple[str, ...]:
+        """The ``_meta`` keys the configured propagator owns (the W3C keys plus any it declares)."""
+        return self._strip_keys
+
+    def close_peer(self, peer: Any) -> None:
+        """The connection is gone: end what is still open for it. Safe to call twice; never raises.
+
+        Message spans are ended by their adapter; this engine keeps nothing else open per peer yet.
+        """
+        try:
+            state = self.peer_state(peer)
+            if state is not None:
+                state.prompts.clear()
+        except Exception:
+            _log.debug("acp_otel: failed to close peer", exc_info=True)
+
     def open_prompt_count(self) -> int:
         """How many prompt spans are registered for session/update events (for leak checks)."""
         return sum(len(p.prompts) for p in list(self._peers.values()))
@@ -197,11 +214,23 @@ class Engine:
     # -------------------------------------------------------------- outgoing
 
     def begin_outgoing(
-        self, peer: Any, method: Any, params: Any, request_id: Any = None, is_request: bool = True
+        self,
+        peer: Any,
+        method: Any,
+        params: Any,
+        request_id: Any = None,
+        is_request: bool = True,
+        *,
+        parent: Context | None = None,
+        sender_traced: bool | None = None,
     ) -> tuple[Call | None, Any]:
         """Start a CLIENT (request) or PRODUCER (notification) span and inject its context.
 
-        Returns the call to end later (``None`` when nothing is traced) and the params to send.
+        ``parent`` replaces the current context as the span's parent (the proxy passes the context the
+        sender put in ``_meta``, or an empty one); suppression is still read from the current context.
+        ``sender_traced`` is ``None`` when this process sent the message, else whether a relayed message
+        arrived with trace context. Returns the call to end later (``None`` when nothing is traced) and
+        the params to send.
         """
         call = None
         try:
@@ -210,6 +239,8 @@ class Engine:
             current = otel_context.get_current()
             if not _instrumentation_enabled(current):
                 return None, params
+            if parent is not None:
+                current = parent
             info = self._methods.get(method) or self._method_info(method)
             peer_state = self.peer_state(peer)
             if info.traced and (is_request or self._wants_notification_span(info, peer_state, params)):
