@@ -83,7 +83,7 @@ class MessageTracer:
         try:
             text = line.decode("utf-8")
             message = json.loads(text)
-        except ValueError:  # not UTF-8 or not JSON (UnicodeDecodeError is a ValueError): relay as is
+        except (ValueError, RecursionError):  # not UTF-8, not JSON, nested too deep: relay as is
             return line, None
         if type(message) is not dict:  # a batch, a bare value: relayed untraced
             return line, None

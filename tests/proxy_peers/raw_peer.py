@@ -14,6 +14,11 @@ import argparse
 import os
 import signal
 import sys
+import threading
+
+
+# 4 KiB notifications: big enough that a flood is many megabytes, few enough lines to trace quickly.
+FLOOD_LINE = b'{"jsonrpc":"2.0","method":"flood/tick","params":{"pad":"' + b"p" * 4000 + b'"}}\n'
 
 
 def main() -> int:
@@ -38,18 +43,24 @@ def main() -> int:
     out = sys.stdout.buffer
     with open(args.send, "rb") as f:
         payload = f.read()
+
+    def record() -> None:
+        # Reading runs beside the writing, as in a real agent: a full stdout must not stop stdin.
+        with open(args.record, "wb") as recording:
+            while data := os.read(0, 65536):
+                recording.write(data)
+                recording.flush()
+
+    reader = threading.Thread(target=record)
+    reader.start()
     if args.flood:
-        line = b'{"jsonrpc":"2.0","method":"flood/tick","params":{"n":1}}\n'
-        for _ in range(args.flood // len(line) + 1):
-            out.write(line)
+        for _ in range(args.flood // len(FLOOD_LINE) + 1):
+            out.write(FLOOD_LINE)
         out.flush()
     if not args.hold:
         out.write(payload)
         out.flush()
-    with open(args.record, "wb") as record:
-        while data := os.read(0, 65536):
-            record.write(data)
-            record.flush()
+    reader.join()
     if args.hold:
         out.write(payload)
         out.flush()
