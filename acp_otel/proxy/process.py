@@ -165,6 +165,8 @@ def _die_of(signum: int) -> None:
     """Exit the way the agent did: by its signal (falls through when the signal does not kill us)."""
     with contextlib.suppress(Exception):
         sys.stderr.flush()
+    with contextlib.suppress(Exception):  # SIGKILL's disposition cannot be set (nor needs to be)
         signal.signal(signum, signal.SIG_DFL)
+    with contextlib.suppress(Exception):
         os.kill(os.getpid(), signum)
     os._exit(128 + signum)
