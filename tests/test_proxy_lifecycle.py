@@ -61,7 +61,7 @@ def test_editor_end_of_input_closes_agent_stdin_and_status_is_passed_on(tmp_path
 
 
 def test_agent_exit_ends_the_proxy_while_the_editor_keeps_stdin_open(sink: OtlpSink) -> None:
-    agent = [sys.executable, "-c", "print('{\"jsonrpc\":\"2.0\",\"method\":\"bye\"}', flush=True)"]
+    agent = [sys.executable, "-c", 'print(\'{"jsonrpc":"2.0","method":"bye"}\', flush=True)']
     proc = start(agent, base_env(**sink.env()))
     try:
         assert proc.wait(20) == 0  # stdin still open: the agent's exit alone ends the proxy

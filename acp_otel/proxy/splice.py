@@ -66,10 +66,11 @@ def _members(text: str, open_pos: int) -> tuple[list[_Member], int]:
 
 
 def _last(members: list[_Member], key: str) -> _Member | None:
-    for member in reversed(members):
+    found: _Member | None = None
+    for member in members:
         if member.key == key:
-            return member
-    return None
+            found = member  # the last one wins, as in json.loads
+    return found
 
 
 def _pairs(values: Mapping[str, str]) -> str:

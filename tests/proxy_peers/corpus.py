@@ -62,7 +62,8 @@ UNCHANGED = [
 INJECTED = [
     _tp(
         "odd-spacing-no-meta",
-        b'{ "jsonrpc" : "2.0" , "id" : 3 , "method" : "session/new" , "params" : { "cwd" : "/tmp" , "mcpServers" : [ ] } }',
+        b'{ "jsonrpc" : "2.0" , "id" : 3 , "method" : "session/new" , '
+        b'"params" : { "cwd" : "/tmp" , "mcpServers" : [ ] } }',
         '{ "jsonrpc" : "2.0" , "id" : 3 , "method" : "session/new" , "params" : { "cwd" : "/tmp" , "mcpServers" : [ ],'
         '"_meta":{"traceparent":"{TP}"} } }',
     ),
@@ -119,7 +120,9 @@ INJECTED = [
     ),
 ]
 
-BIG = same("fifty-megabytes", b'{"jsonrpc":"2.0","id":13,"method":"m/huge","params":{"blob":"' + b"h" * BIG_LINE_BYTES + b'"}}')
+BIG = same(
+    "fifty-megabytes", b'{"jsonrpc":"2.0","id":13,"method":"m/huge","params":{"blob":"' + b"h" * BIG_LINE_BYTES + b'"}}'
+)
 
 # Sent last, without a newline (it must arrive without one, injected like any other line).
 FINAL = _tp(
@@ -142,7 +145,7 @@ def check(received: bytes, cases: list[Case], final: Case | None, injecting: boo
     want = [*cases, final] if final is not None else [*cases, None]
     if len(lines) != len(want):
         return [f"expected {len(want)} lines, got {len(lines)}"]
-    for case, got in zip(want, lines):
+    for case, got in zip(want, lines, strict=True):
         if case is None:
             if got != b"":
                 problems.append(f"trailing bytes {got[:80]!r}")

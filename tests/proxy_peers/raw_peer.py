@@ -16,7 +16,6 @@ import signal
 import sys
 import threading
 
-
 # 4 KiB notifications: big enough that a flood is many megabytes, few enough lines to trace quickly.
 FLOOD_LINE = b'{"jsonrpc":"2.0","method":"flood/tick","params":{"pad":"' + b"p" * 4000 + b'"}}\n'
 
@@ -64,7 +63,7 @@ def main() -> int:
     if args.hold:
         out.write(payload)
         out.flush()
-    return args.exit
+    return int(args.exit)
 
 
 if __name__ == "__main__":
