@@ -23,9 +23,12 @@ import logging
 import os
 import sys
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 _log = logging.getLogger("acp_otel")
 
@@ -34,6 +37,43 @@ _UNKNOWN_SERVICE = "unknown_service"
 
 def _env(name: str) -> str:
     return os.environ.get(name, "").strip()
+
+
+class _Deferred(SpanExporter):
+    """A span exporter built on first use, in the batch processor's thread.
+
+    Building the OTLP exporter imports requests and protobuf (~100 ms); deferring it keeps that off
+    the path from the agent's start to the editor's first answer. Implements the ``SpanExporter``
+    interface by delegation.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._lock = threading.Lock()
+        self._exporter: Any = None
+        self._failed = False
+
+    def _get(self) -> Any:
+        with self._lock:
+            if self._exporter is None and not self._failed:
+                try:
+                    self._exporter = _exporter(self._name)
+                except Exception:
+                    _log.debug("acp_otel proxy: could not build the %r exporter", self._name, exc_info=True)
+                self._failed = self._exporter is None
+            return self._exporter
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        exporter = self._get()
+        return exporter.export(spans) if exporter is not None else SpanExportResult.FAILURE
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        exporter = self._exporter
+        return bool(exporter.force_flush(timeout_millis)) if exporter is not None else True
+
+    def shutdown(self) -> None:
+        if self._exporter is not None:
+            self._exporter.shutdown()
 
 
 def _exporter(name: str) -> Any:
@@ -101,7 +141,9 @@ def configure(service_name: str, explicit_service_name: bool) -> Telemetry:
     if _env("OTEL_SDK_DISABLED").lower() == "true":
         return Telemetry(None)
     names = [n.strip().lower() for n in (_env("OTEL_TRACES_EXPORTER") or "otlp").split(",") if n.strip()]
-    exporters = [e for e in (_exporter(n) for n in names if n != "none") if e is not None]
+    # Only the OTLP exporter is deferred: another name may be unknown, which must be known now.
+    built: list[Any] = [_Deferred(n) if n == "otlp" else _exporter(n) for n in names if n != "none"]
+    exporters: list[SpanExporter] = [e for e in built if e is not None]
     if not exporters:
         return Telemetry(None)
     from opentelemetry.sdk.resources import Resource
