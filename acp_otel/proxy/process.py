@@ -126,8 +126,12 @@ def run(options: ProxyOptions) -> int:
     assert proc.stdin is not None and proc.stdout is not None
     agent_in, agent_out = proc.stdin, proc.stdout
     tel, tracer = _build_tracer(options)
+    to_agent_handler = to_editor_handler = None
+    if tracer is not None:
+        from .tracing import Direction
 
-    from .tracing import Direction
+        to_agent_handler = tracer.handler(Direction.EDITOR_TO_AGENT)
+        to_editor_handler = tracer.handler(Direction.AGENT_TO_EDITOR)
 
     def close_quietly(stream: Any) -> None:
         with contextlib.suppress(OSError):
@@ -136,7 +140,7 @@ def run(options: ProxyOptions) -> int:
     _relay(
         0,  # the editor's stdin (a descriptor: sys.stdin may be None when fd 0 is closed)
         agent_in.fileno(),
-        tracer.handler(Direction.EDITOR_TO_AGENT) if tracer else None,
+        to_agent_handler,
         options.max_line_bytes,
         lambda: close_quietly(agent_in),  # editor's end of input -> the agent's
         "editor-to-agent",
@@ -144,7 +148,7 @@ def run(options: ProxyOptions) -> int:
     to_editor = _relay(
         agent_out.fileno(),
         1,  # stdout: only the agent's bytes ever go here
-        tracer.handler(Direction.AGENT_TO_EDITOR) if tracer else None,
+        to_editor_handler,
         options.max_line_bytes,
         lambda: close_quietly(agent_out),  # editor gone: the agent sees a broken pipe, as without us
         "agent-to-editor",
