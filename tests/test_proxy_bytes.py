@@ -7,7 +7,9 @@ sent, except for the traceparent the proxy writes into ``params._meta`` of what 
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -19,6 +21,7 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "proxy_peers"))
 
 import corpus
+import hostile_corpus
 import raw_peer
 from harness import PROXY, RAW_PEER, base_env, untraced_env
 from otlp_sink import OtlpSink
@@ -155,3 +158,72 @@ def test_flood_one_way_is_bounded_and_the_other_way_is_not_blocked(tmp_path: Pat
     # Memory: the interpreter and libraries plus a few read chunks, nothing like the 64 MB that was waiting.
     assert stalled_rss < 120 * 1024, f"proxy RSS {stalled_rss} KiB during the flood"
     assert proc.returncode == 0
+
+
+TRACE_KEYS = ("traceparent", "tracestate", "baggage")
+
+
+def _numbered(lines: list[dict[str, object]], start: int) -> list[dict[str, object]]:
+    out = []
+    for i, line in enumerate(lines):
+        line = dict(line)
+        if "id" in line:
+            line["id"] = start + i
+        out.append(line)
+    return out
+
+
+def _check_hostile_line(sent: bytes, got: bytes) -> str | None:
+    """``None`` when ``got`` is ``sent`` with only trace values in ``params._meta`` written."""
+    message = json.loads(sent)
+    meta = message["params"]["_meta"]
+    if meta is not None and type(meta) is not dict:  # the proxy cannot add context: nothing may change
+        return None if got == sent else "changed a message whose _meta is not an object"
+    head = sent[: sent.rindex(b'"_meta"')]
+    if not got.startswith(head) or not got.endswith(b"}}"):
+        return "bytes outside _meta changed"
+    got_meta = json.loads(got)["params"]["_meta"]
+    if not re.search(rb'"traceparent"\s*:\s*"00-[0-9a-f]{32}-[0-9a-f]{16}-0[0-9a-f]"', got):
+        return "no traceparent written"
+    others = [(k, v) for k, v in (meta or {}).items() if k not in TRACE_KEYS]
+    if [(k, v) for k, v in got_meta.items() if k not in TRACE_KEYS] != others:
+        return "other _meta keys changed or moved"
+    return None
+
+
+def test_hostile_meta_both_ways(tmp_path: Path) -> None:
+    """Every malformed / oversized / non-string trace context of the shared hostile corpus, both ways:
+    only trace values change, no baggage value reaches a span, and the proxy logs nothing."""
+    to_agent, to_editor = [], []
+    for n, meta in enumerate(hostile_corpus.META_VARIANTS.values()):
+        to_agent += _numbered(hostile_corpus.agent_lines_for_meta(meta), 10 * n)
+        to_editor += _numbered(hostile_corpus.client_lines_for_meta(meta), 10 * n)
+    agent_lines = [json.dumps(m).encode() for m in to_agent]
+    editor_lines = [json.dumps(m).encode() for m in to_editor]
+    with OtlpSink() as sink:
+        agent_got, editor_got, status, stderr = relay(
+            tmp_path, b"\n".join(agent_lines) + b"\n", b"\n".join(editor_lines) + b"\n", base_env(**sink.env()), []
+        )
+        assert status == 0 and stderr == b""
+        for sent_lines, got in ((agent_lines, agent_got), (editor_lines, editor_got)):
+            got_lines = got.split(b"\n")
+            assert len(got_lines) == len(sent_lines) + 1 and got_lines[-1] == b""
+            problems = [
+                (s[:120], p) for s, g in zip(sent_lines, got_lines, strict=False) if (p := _check_hostile_line(s, g))
+            ]
+            assert problems == []
+        spans = sink.wait_for(lambda s: len(s) >= len(agent_lines) // 2)
+    leaked = [s.name for s in spans if any(v in repr(s.attributes) for v in hostile_corpus.BAGGAGE_VALUES)]
+    assert leaked == []
+
+
+def test_lines_over_the_cap_are_relayed_untraced(tmp_path: Path) -> None:
+    small = b'{"jsonrpc":"2.0","id":1,"method":"m/small","params":{}}'
+    large = b'{"jsonrpc":"2.0","id":2,"method":"m/large","params":{"blob":"' + b"L" * 300_000 + b'"}}'
+    data = small + b"\n" + large + b"\n"
+    with OtlpSink() as sink:
+        agent_got, _, status, _ = relay(tmp_path, data, b"", base_env(**sink.env()), ["--max-line-bytes", "100000"])
+        spans = sink.wait_for(lambda s: any(x.name == "m/small" for x in s))
+    got_small, got_large, end = agent_got.split(b"\n")
+    assert corpus.TP_RE.search(got_small) and got_large == large and end == b"" and status == 0
+    assert not any(s.name == "m/large" for s in spans)
