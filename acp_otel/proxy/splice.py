@@ -15,11 +15,13 @@ one wins); every occurrence of a trace key in the effective ``_meta`` is rewritt
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 _DECODER = json.JSONDecoder()
 _WHITESPACE = " \t\n\r"
+_WHITESPACE_RUN = re.compile(r"[ \t\n\r]*")
 
 
 class _Member(NamedTuple):
@@ -34,9 +36,8 @@ class SpliceError(ValueError):
 
 
 def _skip_ws(text: str, pos: int) -> int:
-    end = len(text)
-    while pos < end and text[pos] in _WHITESPACE:
-        pos += 1
+    if pos < len(text) and text[pos] in _WHITESPACE:  # most JSON on the wire is compact
+        return _WHITESPACE_RUN.match(text, pos).end()  # type: ignore[union-attr]  # "*" always matches
     return pos
 
 
