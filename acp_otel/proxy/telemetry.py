@@ -13,8 +13,12 @@ flushes without a bound. So this module reads the same variables itself:
 * ``OTEL_SERVICE_NAME`` / ``OTEL_RESOURCE_ATTRIBUTES`` (by ``Resource.create``); without a service
   name there, the one derived from the agent command is used.
 
-Export runs in the batch processor's thread, so a dead endpoint never blocks the relay; the final
-flush is bounded by :meth:`Telemetry.flush`'s timeout.
+Metrics (for the engine's agent-layer instruments): ``OTEL_METRICS_EXPORTER`` (``otlp`` default,
+``console`` to stderr, ``none``), ``OTEL_EXPORTER_OTLP_[METRICS_]PROTOCOL``, ``OTEL_METRIC_EXPORT_INTERVAL``
+(read by the periodic reader); built only when asked for by :func:`meter_provider_from_env`.
+
+Export runs in the batch processor's and the metric reader's threads, so a dead endpoint never blocks
+the relay; the final flush is bounded by :meth:`Telemetry.flush`'s timeout.
 """
 
 from __future__ import annotations
@@ -100,11 +104,52 @@ def _exporter(name: str) -> Any:
     return None
 
 
+def _metric_exporter(name: str) -> Any:
+    if name == "otlp":
+        protocol = (_env("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL") or _env("OTEL_EXPORTER_OTLP_PROTOCOL")).lower()
+        if protocol == "grpc":
+            from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as Grpc
+
+            return Grpc()
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+
+        return OTLPMetricExporter()
+    if name == "console":
+        from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
+
+        return ConsoleMetricExporter(out=sys.stderr)
+    _log.warning("acp_otel proxy: unsupported metrics exporter %r ignored", name)
+    return None
+
+
+def meter_provider_from_env(resource: Any) -> Any:
+    """A meter provider exporting as ``OTEL_METRICS_EXPORTER`` says, or ``None`` when metrics are off."""
+    if _env("OTEL_SDK_DISABLED").lower() == "true":
+        return None
+    names = [n.strip().lower() for n in (_env("OTEL_METRICS_EXPORTER") or "otlp").split(",") if n.strip()]
+    exporters = [e for e in (_metric_exporter(n) for n in names if n != "none") if e is not None]
+    if not exporters:
+        return None
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+
+    readers = [PeriodicExportingMetricReader(e) for e in exporters]
+    return MeterProvider(metric_readers=readers, resource=resource, shutdown_on_exit=False)
+
+
 class Telemetry:
-    """A tracer provider with batch export, or nothing at all when tracing is off."""
+    """A tracer provider with batch export (or nothing at all when tracing is off), and optionally a
+    meter provider for the engine's metrics."""
 
     def __init__(self, provider: Any) -> None:
         self.provider = provider
+        self.meter_provider: Any = None
+
+    def add_meter_provider(self) -> Any:
+        """Build the meter provider from the environment (same resource as the spans); ``None`` if off."""
+        if self.provider is not None and self.meter_provider is None:
+            self.meter_provider = meter_provider_from_env(self.provider.resource)
+        return self.meter_provider
 
     @property
     def enabled(self) -> bool:
@@ -124,6 +169,8 @@ class Telemetry:
         def run() -> None:
             try:
                 self.provider.force_flush()
+                if self.meter_provider is not None:
+                    self.meter_provider.force_flush()
             except Exception:
                 _log.debug("acp_otel proxy: flush failed", exc_info=True)
             finally:

@@ -1,4 +1,4 @@
-"""A minimal OTLP/HTTP (protobuf) trace receiver on loopback for the proxy tests.
+"""A minimal OTLP/HTTP (protobuf) receiver on loopback for the proxy tests: spans, and metric names.
 
 Kept apart from ``acp_otel.demo.receiver`` on purpose: the tests only need spans decoded into flat
 records, and must not depend on the demo's receiver while it is being reworked.
@@ -13,6 +13,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+    ExportMetricsServiceResponse,
+)
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
@@ -49,6 +53,7 @@ class OtlpSink:
 
     def __init__(self) -> None:
         self.spans: list[Span] = []
+        self.metrics: list[tuple[str, str]] = []  # (service.name, metric name) per exported data point set
         self.requests = 0
         self._lock = threading.Lock()
         sink = self
@@ -59,10 +64,16 @@ class OtlpSink:
 
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                request = ExportTraceServiceRequest()
-                request.ParseFromString(body)
-                sink._add(request)
-                payload = ExportTraceServiceResponse().SerializeToString()
+                if self.path.endswith("/v1/metrics"):
+                    metrics_request = ExportMetricsServiceRequest()
+                    metrics_request.ParseFromString(body)
+                    sink._add_metrics(metrics_request)
+                    payload = ExportMetricsServiceResponse().SerializeToString()
+                else:
+                    request = ExportTraceServiceRequest()
+                    request.ParseFromString(body)
+                    sink._add(request)
+                    payload = ExportTraceServiceResponse().SerializeToString()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/x-protobuf")
                 self.send_header("Content-Length", str(len(payload)))
@@ -97,6 +108,14 @@ class OtlpSink:
         with self._lock:
             self.requests += 1
             self.spans.extend(found)
+
+    def _add_metrics(self, request: ExportMetricsServiceRequest) -> None:
+        with self._lock:
+            for resource_metrics in request.resource_metrics:
+                resource = {kv.key: _value(kv.value) for kv in resource_metrics.resource.attributes}
+                for scope_metrics in resource_metrics.scope_metrics:
+                    for metric in scope_metrics.metrics:
+                        self.metrics.append((str(resource.get("service.name")), metric.name))
 
     def env(self) -> dict[str, str]:
         """OTEL_* variables that point a process's OTLP/HTTP exporter here, exporting quickly."""
