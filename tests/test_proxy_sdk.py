@@ -19,6 +19,8 @@ from acp_app import FILE_BODY, initialize, open_session, prompt
 from harness import PY_AGENT, base_env, proxied_client, ts_agent_command
 from otlp_sink import OtlpSink, Span
 
+from acp_otel.settings import Settings
+
 pytestmark = pytest.mark.e2e
 
 
@@ -45,7 +47,7 @@ def has(name: str, kind: str, service: str, count: int = 1) -> Any:
 async def test_typescript_agent_untraced_editor(sink: OtlpSink) -> None:
     """Editor untraced -> proxy -> TypeScript SDK agent: the turn works and the proxy records both sides."""
     env = base_env(**sink.env())
-    async with proxied_client(ts_agent_command(), env) as run:
+    async with proxied_client(ts_agent_command(), env, ["--notification-spans", "all"]) as run:
         init = await initialize(run.conn)
         session = await run.conn.new_session(cwd="/tmp", mcp_servers=[])
         result = await prompt(run.conn, session.session_id, "hello")
@@ -72,6 +74,10 @@ async def test_typescript_agent_untraced_editor(sink: OtlpSink) -> None:
     ]
     # Content stays out unless asked for.
     assert not any("Hello from TypeScript" in repr(s.attributes) for s in spans)
+    if hasattr(Settings(), "tool_spans"):  # an engine with the agent layer: the proxy makes the tool span
+        (tool,) = [s for s in spans if s.name.startswith("execute_tool")]
+        assert tool.attributes["gen_ai.tool.call.id"] == "ts-call-1"
+        assert permission.parent_id == tool.span_id  # the permission request sits under its tool call
 
 
 async def test_typescript_agent_error_and_traced_editor(sink: OtlpSink, instrument: Any, exporter: Any) -> None:

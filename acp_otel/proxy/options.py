@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import settings
+
 ENV_DEBUG = "OTEL_PYTHON_ACP_PROXY_DEBUG"
 ENV_TOOL_SPANS = "OTEL_PYTHON_ACP_TOOL_SPANS"
 DEFAULT_MAX_LINE_BYTES = 16 * 1024 * 1024
@@ -49,10 +51,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--notification-spans",
-        choices=("all", "none", "events"),
-        help="spans for notifications (OTEL_PYTHON_ACP_NOTIFICATION_SPANS; default all)",
+        choices=settings.NOTIFICATION_SPAN_MODES,
+        help="spans for notifications (OTEL_PYTHON_ACP_NOTIFICATION_SPANS)",
     )
-    parser.add_argument("--tool-spans", metavar="MODE", help="tool call spans (OTEL_PYTHON_ACP_TOOL_SPANS)")
+    parser.add_argument(
+        "--tool-spans",
+        metavar="MODE",
+        # The modes are the engine's; looked up so that the option follows the settings in use.
+        choices=getattr(settings, "TOOL_SPAN_MODES", None),
+        help="tool call spans (OTEL_PYTHON_ACP_TOOL_SPANS)",
+    )
     parser.add_argument(
         "--inject",
         action=argparse.BooleanOptionalAction,
