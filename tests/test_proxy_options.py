@@ -25,14 +25,14 @@ def test_help_names_the_command_form() -> None:
 
 
 def test_flags_become_settings_and_the_command_is_kept_whole() -> None:
-    flags = ["--capture-content", "--notification-spans", "none", "--no-inject", "--tool-spans", "off"]
+    flags = ["--capture-content", "--notification-spans", "none", "--no-inject", "--tool-spans", "never"]
     args = build_parser().parse_args(
         ["proxy", *flags, "--service-name", "svc", "--", "agent", "--capture-content", "--", "x"]
     )
     options = options_from_args(args, environ={})
     assert options.command == ("agent", "--capture-content", "--", "x")  # the agent's own flags untouched
     assert options.service_name == "svc"
-    assert options.settings_environ == {ENV_TOOL_SPANS: "off"}
+    assert options.settings_environ == {ENV_TOOL_SPANS: "never"}
     settings = load_settings(options.settings_options, environ={})
     assert settings.capture_content is True and settings.notification_spans == "none" and settings.inject is False
 
