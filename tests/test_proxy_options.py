@@ -11,7 +11,8 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "proxy_peers"))
 
-from harness import PROXY, RAW_PEER, base_env
+from acp_app import initialize
+from harness import PROXY, PY_AGENT, RAW_PEER, base_env, proxied_client
 from otlp_sink import OtlpSink
 
 from acp_otel.cli import build_parser
@@ -79,3 +80,19 @@ def test_capture_content_and_notification_spans_flags_reach_the_spans(tmp_path: 
     (turn,) = [s for s in spans if s.name == "session/prompt"]
     assert "CAPTURED-PROMPT" in repr(turn.attributes)
     assert not [s for s in spans if s.kind == "PRODUCER"]
+
+
+@pytest.mark.e2e
+async def test_inject_excluded_methods_keeps_a_strict_untraced_agent_working() -> None:
+    """An untraced Python SDK agent whose initialize takes no **kwargs fails on an injected traceparent
+    (the SDK spreads _meta into keyword arguments); excluding initialize from injection keeps it working."""
+    with OtlpSink() as sink:
+        env = base_env(**sink.env())
+        async with proxied_client([*PY_AGENT, "nokwargs"], env) as run:
+            with pytest.raises(Exception) as failed:
+                await initialize(run.conn)
+            assert getattr(failed.value, "code", None) == -32603
+        async with proxied_client([*PY_AGENT, "nokwargs"], env, ["--inject-excluded-methods", "initialize"]) as run:
+            init = await initialize(run.conn)
+            await run.conn.new_session(cwd="/tmp", mcp_servers=[])  # still injected: its handler takes **kwargs
+        assert init.protocol_version == 1 and run.returncode == 0
