@@ -152,3 +152,17 @@ async def test_verbose_diagnostics_go_to_stderr_only() -> None:
         await open_session(run.conn)  # stdout carries only protocol, or the SDK client would have failed
     assert run.returncode == 0
     assert "acp-otel proxy:" in run.stderr
+
+
+def test_editor_closing_its_end_ends_the_agents_output(tmp_path: Path) -> None:
+    """The editor stops reading (closes the proxy's stdout) while the agent writes: the agent's writes fail as
+    they would without the proxy, and the proxy ends with the agent instead of hanging."""
+    send = tmp_path / "send"
+    send.write_bytes(b"")
+    agent = [*RAW_PEER, str(tmp_path / "rec"), str(send), "--flood", str(16 * 1024 * 1024)]
+    proc = start(agent, base_env(OTEL_TRACES_EXPORTER="none", PYTHONWARNINGS="ignore"))
+    assert proc.stdout is not None and proc.stdin is not None
+    proc.stdout.read(65536)
+    proc.stdout.close()
+    proc.stdin.close()
+    assert proc.wait(30) != 0  # the agent died of its broken pipe; its status is passed on
