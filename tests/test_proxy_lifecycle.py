@@ -3,6 +3,7 @@ exit status, a missing command, and an OTLP endpoint that is down."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -76,8 +77,10 @@ async def test_agent_dies_mid_request(sink: OtlpSink) -> None:
     env = base_env(**sink.env())
     async with proxied_client([*PY_AGENT, "trace"], env, ["--service-name", "proxy"]) as run:
         session_id = await open_session(run.conn)
-        with pytest.raises(Exception):  # noqa: B017 - the SDK's "connection closed" error differs by release
-            await prompt(run.conn, session_id, "exit now")
+        # The SDK's "connection closed" error differs by release; up to 0.9 the request hangs instead
+        # (DESIGN.md §2), so a timeout stands in for it there.
+        with pytest.raises(Exception):  # noqa: B017
+            await asyncio.wait_for(prompt(run.conn, session_id, "exit now"), 10)
     assert run.returncode == 3
     spans = sink.wait_for(lambda s: any(x.name == "session/prompt" for x in s))
     (turn,) = [s for s in spans if s.name == "session/prompt"]
