@@ -16,7 +16,14 @@ USAGE = {"inputTokens": 120, "outputTokens": 34, "totalTokens": 170, "thoughtTok
 
 
 def _tool(tool_id: str, kind: str = "read", status: str = "pending", **extra: Any) -> dict[str, Any]:
-    return {"sessionUpdate": "tool_call", "toolCallId": tool_id, "title": f"T {SECRET}", "kind": kind, "status": status, **extra}
+    return {
+        "sessionUpdate": "tool_call",
+        "toolCallId": tool_id,
+        "title": f"T {SECRET}",
+        "kind": kind,
+        "status": status,
+        **extra,
+    }
 
 
 def _tool_update(tool_id: str, status: str | None = None, **extra: Any) -> dict[str, Any]:
@@ -59,7 +66,9 @@ async def _run(pair: Any, agent: Any, counter: Any) -> Any:
     return response
 
 
-async def test_turn_attributes_counts_usage_and_first_chunk(instrument: Any, exporter: Any, pair: Any, counter: Any) -> None:
+async def test_turn_attributes_counts_usage_and_first_chunk(
+    instrument: Any, exporter: Any, pair: Any, counter: Any
+) -> None:
     chunk = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": SECRET}}
     thought = {"sessionUpdate": "agent_thought_chunk", "content": {"type": "text", "text": "hm"}}
     plan = {"sessionUpdate": "plan", "entries": [{"content": SECRET, "priority": "high", "status": "pending"}]}
@@ -87,7 +96,9 @@ async def test_turn_attributes_counts_usage_and_first_chunk(instrument: Any, exp
     assert SECRET not in all_text(spans)
 
 
-async def test_tool_span_permission_and_client_handling(instrument: Any, exporter: Any, pair: Any, counter: Any) -> None:
+async def test_tool_span_permission_and_client_handling(
+    instrument: Any, exporter: Any, pair: Any, counter: Any
+) -> None:
     script = [
         _tool("t1", kind="edit", name="write_file"),
         ("permission", "t1"),
@@ -153,7 +164,9 @@ async def test_failed_never_completed_concurrent_and_hostile_tools(
     assert all(t.end_time <= turn.end_time for t in tools.values())
 
 
-async def test_interleaved_sessions_keep_their_own_tools(instrument: Any, exporter: Any, pair: Any, counter: Any) -> None:
+async def test_interleaved_sessions_keep_their_own_tools(
+    instrument: Any, exporter: Any, pair: Any, counter: Any
+) -> None:
     import asyncio
 
     class TwoSessions(TraceAgent):
@@ -172,7 +185,9 @@ async def test_interleaved_sessions_keep_their_own_tools(instrument: Any, export
     spans = exporter.get_finished_spans()
     turns = {s.attributes["acp.session.id"]: s for s in find(spans, "session/prompt", S)}
     for session_id, turn in turns.items():
-        tool = one([s for s in spans if s.attributes.get("gen_ai.tool.call.id") == f"tool-{session_id}"], "execute_tool read")
+        tool = one(
+            [s for s in spans if s.attributes.get("gen_ai.tool.call.id") == f"tool-{session_id}"], "execute_tool read"
+        )
         assert parent_of(tool) == span_id(turn) and tool.attributes["acp.session.id"] == session_id
         assert "acp.tool_call.ended_by" not in tool.attributes
 
@@ -191,7 +206,9 @@ async def test_tool_spans_option(instrument: Any, exporter: Any, pair: Any, coun
         assert kinds == ["tool_call", "tool_call_update"]
 
 
-async def test_all_mode_keeps_update_spans_and_tool_spans(instrument: Any, exporter: Any, pair: Any, counter: Any) -> None:
+async def test_all_mode_keeps_update_spans_and_tool_spans(
+    instrument: Any, exporter: Any, pair: Any, counter: Any
+) -> None:
     instrument(notification_spans="all")
     chunk = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "x"}}
     await _run(pair, ScriptAgent([chunk, _tool("t"), _tool_update("t", "completed")]), counter)
