@@ -10,7 +10,7 @@ from acp_app import SECRET, TraceAgent, TraceClient, open_session, prompt
 from opentelemetry.trace import SpanKind, StatusCode
 from spans import all_text, find, one, parent_of, span_id, trace_id, wait_spans_closed
 
-C, S, P, N, I = SpanKind.CLIENT, SpanKind.SERVER, SpanKind.PRODUCER, SpanKind.CONSUMER, SpanKind.INTERNAL
+C, S, P, N, INTERNAL = SpanKind.CLIENT, SpanKind.SERVER, SpanKind.PRODUCER, SpanKind.CONSUMER, SpanKind.INTERNAL
 
 USAGE = {"inputTokens": 120, "outputTokens": 34, "totalTokens": 170, "thoughtTokens": 16, "cachedReadTokens": 100}
 
@@ -109,7 +109,7 @@ async def test_tool_span_permission_and_client_handling(
     await _run(pair, ScriptAgent(script), counter)
     spans = exporter.get_finished_spans()
     server_prompt = one(spans, "session/prompt", S)
-    tool = one(spans, "execute_tool write_file", I)  # exactly one tool span, on the agent's side
+    tool = one(spans, "execute_tool write_file", INTERNAL)  # exactly one tool span, on the agent's side
     assert len([s for s in spans if s.name.startswith("execute_tool")]) == 1
     assert parent_of(tool) == span_id(server_prompt)
     a = tool.attributes
@@ -213,7 +213,7 @@ async def test_all_mode_keeps_update_spans_and_tool_spans(
     chunk = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "x"}}
     await _run(pair, ScriptAgent([chunk, _tool("t"), _tool_update("t", "completed")]), counter)
     spans = exporter.get_finished_spans()
-    tool = one(spans, "execute_tool read", I)
+    tool = one(spans, "execute_tool read", INTERNAL)
     producers = find(spans, "session/update", P)
     assert len(producers) == len(find(spans, "session/update", N)) == 3
     tool_producers = [s for s in producers if "acp.tool_call.id" in s.attributes]
