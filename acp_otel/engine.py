@@ -142,7 +142,13 @@ def _turn_of(peer: PeerState | None, params: Any) -> Turn | None:
 
 
 def _permission_tool(params: Any) -> Any:
-    tool_call = params.get("toolCall") if type(params) is dict else None
+    """The tool call id a session/request_permission names (v1 ``toolCall``; v2 ``subject.toolCall``)."""
+    if type(params) is not dict:
+        return None
+    tool_call = params.get("toolCall")
+    if tool_call is None:
+        subject = params.get("subject")
+        tool_call = subject.get("toolCall") if type(subject) is dict else None
     return tool_call.get("toolCallId") if type(tool_call) is dict else None
 
 
@@ -350,35 +356,60 @@ class Engine:
     ) -> Call:
         """Start and name the span of one message (the only place spans of messages are started)."""
         attributes = self._start_attributes(info, params, request_id, peer)
-        v2_turn = False
-        if method == sc.SESSION_PROMPT:
-            v2_turn = peer is not None and (peer.protocol_version or 0) >= 2
-            if v2_turn:  # the turn is a span of its own; this one only stands for the request
+        session_id = attributes.get(sc.ACP_SESSION_ID)
+        turn = None
+        if method == sc.SESSION_PROMPT and peer is not None:
+            if (peer.protocol_version or 0) >= 2:
+                # ACP v2: the turn is a span of its own; the request span stands for the acceptance only.
                 attributes.pop(sc.GEN_AI_OPERATION_NAME, None)
-            elif peer is not None:
+                if session_id is not None:
+                    turn = self._start_turn(peer, session_id, None, parent)
+                    if kind is SpanKind.CLIENT:  # the sender's turn wraps its request (one trace)
+                        parent = turn.context
+            else:
                 agent_attributes(attributes, peer.attributes)
         span = self._tracer.start_span(method, context=parent, kind=kind, attributes=attributes)
+        try:
+            return self._started(span, method, params, peer, parent, kind, is_request, session_id, turn)
+        except BaseException:
+            span.end()  # not handed out: it would stay open
+            if turn is not None and turn.own_span:
+                self._turns.end(turn)
+            raise
+
+    def _started(
+        self,
+        span: Span,
+        method: str,
+        params: Any,
+        peer: PeerState | None,
+        parent: Context,
+        kind: SpanKind,
+        is_request: bool,
+        session_id: str | None,
+        turn: Turn | None,
+    ) -> Call:
         call = Call(span, method, peer, is_request)
-        call.session_id = attributes.get(sc.ACP_SESSION_ID)
+        call.session_id = session_id
         call.server = kind is SpanKind.SERVER
         if self._instruments is not None and is_request:
             call.started = time.monotonic()
-        if method == sc.SESSION_PROMPT and call.session_id is not None and peer is not None:
-            self._start_turn(call, peer, parent, v2_turn)
+        if method == sc.SESSION_PROMPT and session_id is not None and peer is not None:
+            if turn is None:  # v1: the request span is the turn
+                turn = self._start_turn(peer, session_id, span, parent)
+                turn.request = call
+            call.turn = turn
         if span.is_recording():
             self._on_params(call, params)
         return call
 
-    def _start_turn(self, call: Call, peer: PeerState, parent: Context, v2: bool) -> None:
-        assert call.span is not None and call.session_id is not None
-        previous = peer.turns.get(call.session_id)
+    def _start_turn(self, peer: PeerState, session_id: str, request_span: Span | None, parent: Context) -> Turn:
+        previous = peer.turns.get(session_id)
         if previous is not None and previous.own_span:  # a v2 turn that never went idle
             self._turns.end(previous, sc.ENDED_BY_NEXT_PROMPT)
-        turn = self._turns.start(call.span, parent, call.session_id, peer.attributes, v2)
-        peer.turns[call.session_id] = turn
-        call.turn = turn
-        if not v2:
-            turn.request = call
+        turn = self._turns.start(request_span, parent, session_id, peer.attributes)
+        peer.turns[session_id] = turn
+        return turn
 
     def note_handler_exception(self, exc: BaseException, rpc_code: Any = None) -> None:
         """Name the exception a handler raised on the current incoming span (the SDK hides it).
@@ -578,6 +609,8 @@ class Engine:
         if type(version) is int:
             call.span.set_attribute(sc.ACP_PROTOCOL_VERSION, version)
         info = obj.get(info_key)
+        if info is None:
+            info = obj.get("info")  # ACP v2 names both sides' Implementation "info"
         facts = {}
         if type(info) is dict:
             for attr, key in ((name_attr, "name"), (version_attr, "version")):

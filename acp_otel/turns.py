@@ -122,15 +122,13 @@ class TurnLayer:
 
     # ------------------------------------------------------------------ turns
 
-    def start(self, request_span: Span, parent: Context, session_id: str, facts: dict[str, Any], v2: bool) -> Turn:
-        """A turn for a session/prompt whose span is ``request_span`` (started under ``parent``).
-
-        Up to ACP v1 the request span is the turn. On v2 (``session/prompt`` answers when the prompt is
-        accepted) the turn is an INTERNAL span ``invoke_agent [agent]`` beside the request span, ending
-        at the ``idle`` state update.
+    def start(self, request_span: Span | None, parent: Context, session_id: str, facts: dict[str, Any]) -> Turn:
+        """A turn for a session/prompt: its ``request_span`` (ACP v1, started under ``parent``), or, when
+        ``request_span`` is None (ACP v2, where ``session/prompt`` answers when the prompt is accepted), an
+        INTERNAL span ``invoke_agent [agent]`` of its own under ``parent``, ending at the ``idle`` state.
         """
         agent = facts.get(sc.ACP_AGENT_NAME)
-        if not v2:
+        if request_span is not None:
             return Turn(request_span, trace.set_span_in_context(request_span, parent), session_id, False, agent)
         attributes: dict[str, Any] = {
             sc.GEN_AI_OPERATION_NAME: sc.INVOKE_AGENT,
