@@ -182,7 +182,9 @@ class TurnLayer:
             return None
         kind = update.get("sessionUpdate")
         turn.updates += 1
-        if kind in _CHUNK_ATTRIBUTES:  # type: ignore[comparison-overlap]
+        if type(kind) is not str:  # hostile: not even hashable, perhaps
+            kind = None
+        elif kind in _CHUNK_ATTRIBUTES:
             turn.chunks[kind] = turn.chunks.get(kind, 0) + 1
             if turn.first_chunk is None and kind in sc.AGENT_CHUNK_KINDS:
                 turn.first_chunk = time.monotonic()
@@ -240,7 +242,7 @@ class TurnLayer:
             return
         for key, attribute in sc.USAGE_ATTRIBUTES:
             value = usage.get(key)
-            if type(value) is int and value >= 0:
+            if type(value) is int and 0 <= value < 2**63:  # an OTel int attribute is 64-bit
                 turn.usage[attribute] = value
         if turn.usage and span.is_recording():
             span.set_attributes(turn.usage)

@@ -142,6 +142,7 @@ async def test_failed_never_completed_concurrent_and_hostile_tools(
         {"sessionUpdate": "tool_call", "toolCallId": {"x": 1}, "kind": ["bad"], "status": 7},  # hostile
         {"sessionUpdate": "tool_call_update", "toolCallId": "d", "status": {"bad": True}, "name": 5},
         _tool("e", kind="delete", name="x" * 1000),
+        {"sessionUpdate": {"not": "hashable"}, "toolCallId": "f"},  # hostile kind: counted, nothing else
     ]  # c, d and e never complete
     response = await _run(pair, ScriptAgent(script), counter)
     assert response.stop_reason == "end_turn"
