@@ -13,6 +13,12 @@ from opentelemetry.trace import SpanKind
 from spans import all_text, find, one, parent_of, span_id, trace_id, wait_spans_closed
 
 
+def _sdk_version() -> tuple[int, ...]:
+    from importlib.metadata import version
+
+    return tuple(int(p) for p in version("agent-client-protocol").split(".")[:2])
+
+
 async def _turn(env: dict[str, str] | None = None) -> None:
     async with agent_process("trace", env=env) as agent:
         await initialize(agent.conn)
@@ -33,7 +39,13 @@ async def test_untraced_agent_the_client_makes_the_tool_span(instrument: Any, ex
     tool = one(spans, "execute_tool read", SpanKind.INTERNAL)
     assert len([s for s in spans if s.name.startswith("execute_tool")]) == 1
     assert parent_of(tool) == span_id(turn)
-    assert tool.attributes["acp.tool_call.status"] == "completed" and "acp.tool_call.ended_by" not in tool.attributes
+    if tool.attributes["acp.tool_call.status"] != "completed":
+        # Before 0.12 prompt() returns without waiting for the handlers of the updates that preceded the
+        # answer: the turn can end before the client saw "completed"; the tool span then ends with it.
+        assert _sdk_version() < (0, 12), tool.attributes
+        assert tool.attributes["acp.tool_call.ended_by"] == "turn_end"
+    else:
+        assert "acp.tool_call.ended_by" not in tool.attributes
     # Messages from the untraced agent join the turn instead of starting traces of their own:
     # the permission request under the tool call it names, the file read under the turn.
     permission = one(spans, "session/request_permission", SpanKind.SERVER)
