@@ -76,5 +76,8 @@ async def test_traced_agent_and_client_one_tool_span(
     assert out["parent_id"] == tools[0]["span_id"]
     inc = one(client_spans, "session/request_permission", SpanKind.SERVER)
     assert f"{inc.parent.span_id:016x}" == out["span_id"]
-    # no session/update spans inside the turn on either side
-    assert not find(client_spans, "session/update") and not [r for r in agent_spans if r["name"] == "session/update"]
+    # no session/update spans inside the turn on either side (before 0.12 the client may handle the last
+    # update after prompt() returned: outside the turn, so it keeps a span of its own)
+    assert not [r for r in agent_spans if r["name"] == "session/update"]
+    late = find(client_spans, "session/update")
+    assert not late or (_sdk_version() < (0, 12) and len(late) == 1), late
