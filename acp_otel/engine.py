@@ -209,9 +209,11 @@ class Engine:
             self._close_turns(state, sc.ENDED_BY_CONNECTION, keep_requests)
 
     def shutdown(self) -> None:
-        """End whatever is still open on every connection (marked ``uninstrumented``) and forget them."""
+        """Uninstrumenting: end the tool calls and v2 turns still open on every connection (marked
+        ``uninstrumented``) and forget every connection. A request in flight keeps its span, which its
+        adapter still ends when the request does (with its v1 turn)."""
         for state in list(self._peers.values()):
-            self._close_turns(state, sc.ENDED_BY_SHUTDOWN, False)
+            self._close_turns(state, sc.ENDED_BY_SHUTDOWN, True)
         self._peers.clear()
 
     def _close_turns(self, state: PeerState, ended_by: str, keep_requests: bool) -> None:

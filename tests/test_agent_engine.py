@@ -122,11 +122,15 @@ def test_shutdown_ends_everything_left_open(spans: Any) -> None:
     exporter, counter, provider = spans
     engine = _engine(provider)
     peers = [Peer(), Peer()]
+    prompts = []
     for peer in peers:
-        engine.begin_outgoing(peer, "session/prompt", {"sessionId": "s"}, 1, parent=Context())
+        prompts.append(engine.begin_outgoing(peer, "session/prompt", {"sessionId": "s"}, 1, parent=Context())[0])
         engine.begin_outgoing(peer, "session/update", _update(TOOL), is_request=False, sender_traced=False)
-    assert counter.open
     engine.shutdown()
+    # the tool calls ended; the requests in flight keep their spans until they end (the adapter ends them)
+    assert sorted(counter.open.values()) == [("session/prompt", "CLIENT")] * 2
+    for call in prompts:
+        engine.end_result(call, {"stopReason": "end_turn"})
     assert not counter.open
     tools = [s for s in exporter.get_finished_spans() if s.name.startswith("execute_tool")]
     assert [t.attributes["acp.tool_call.ended_by"] for t in tools] == ["uninstrumented"] * 2

@@ -232,3 +232,19 @@ async def test_updates_outside_a_turn_keep_their_spans(instrument: Any, exporter
     spans = exporter.get_finished_spans()
     one(spans, "session/update", P)
     assert not [s for s in spans if s.name.startswith("execute_tool")]
+
+
+async def test_uninstrument_leaves_nothing_on_live_connections(instrument: Any, pair: Any, counter: Any) -> None:
+    from acp_otel import sdk_adapter
+
+    p = await pair(ScriptAgent([_tool("open-at-uninstrument")]), TraceClient())
+    session_id = await open_session(p.client_conn)
+    await prompt(p.client_conn, session_id, "hello")
+    engine = sdk_adapter.current_engine()
+    assert engine is not None and len(engine._peers) == 2
+    instrument.off()
+    assert len(engine._peers) == 0  # the per-connection state lived in the engine only
+    for conn in (p.client_conn._conn, p.agent_conn._conn):
+        assert not [k for k in vars(conn) if "acp_otel" in k]
+    await prompt(p.client_conn, session_id, "hello")  # the live connections keep working, untraced
+    assert not counter.open
