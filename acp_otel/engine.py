@@ -3,7 +3,8 @@
 It works on plain JSON-RPC values (method names, params dicts, message dicts, error objects) and
 knows nothing of the SDK's classes or of wrapt, so that the SDK adapter and a future stdio proxy are
 both thin callers of it. ``peer`` is any weak-referenceable object that identifies one connection;
-facts learned from ``initialize`` are kept per peer and set on that connection's later spans.
+facts learned from ``initialize`` are kept per peer and set on that connection's later spans. The agent
+level (turns, tool calls, chunk counts, metrics: ``turns.py``, ``metrics.py``) runs on the same messages.
 
 Every public method is safe to call: a failure inside tracing is logged at debug level and the
 application carries on as if it were not instrumented.
@@ -224,8 +225,7 @@ class Engine:
                     state.turns.pop(session_id, None)
                 else:
                     # v1: end the tools now; the request span (the turn) ends with its request.
-                    for tool_call_id, tool in list(turn.tools.items()):
-                        self._turns._end_tool(turn, tool_call_id, tool, ended_by)
+                    self._turns.end_tools(turn, ended_by)
                     if not keep_requests:
                         if turn.span.is_recording():
                             turn.span.set_attribute(sc.ACP_TURN_ENDED_BY, ended_by)

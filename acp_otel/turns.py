@@ -149,8 +149,7 @@ class TurnLayer:
         if turn.ended:
             return
         turn.ended = True
-        for tool_call_id, tool in list(turn.tools.items()):
-            self._end_tool(turn, tool_call_id, tool, ended_by or sc.ENDED_BY_TURN)
+        self.end_tools(turn, ended_by or sc.ENDED_BY_TURN)
         span = turn.span
         now = time.monotonic()
         if span.is_recording():
@@ -167,6 +166,11 @@ class TurnLayer:
         self._record_turn(turn, now)
         if turn.own_span:
             span.end()
+
+    def end_tools(self, turn: Turn, ended_by: str) -> None:
+        """End the turn's open tool calls, marked ``acp.tool_call.ended_by = ended_by`` (not an error)."""
+        for tool_call_id, tool in list(turn.tools.items()):
+            self._end_tool(turn, tool_call_id, tool, ended_by)
 
     def finish_request(self, turn: Turn, result: Any) -> None:
         """Stop reason and usage from a v1 ``session/prompt`` result (on the turn = the request span)."""
