@@ -85,10 +85,6 @@ def _text(text: str) -> TextContentBlock:
     return TextContentBlock(type="text", text=text)
 
 
-def _tool_text(text: str) -> list[ContentToolCallContent]:
-    return [ContentToolCallContent(type="content", content=_text(text))]
-
-
 def _client_declares_buffers(capabilities: ClientCapabilities | None) -> bool:
     """True if the client advertised ``_meta["example.com/workspace"]["buffers"] == true``."""
     meta = capabilities.field_meta if capabilities is not None else None
@@ -304,7 +300,7 @@ class ExampleAgent(Agent):
                 session_update="tool_call_update",
                 tool_call_id=tool_call_id,
                 status="completed" if ok else "failed",
-                content=_tool_text(text),
+                content=[ContentToolCallContent(type="content", content=_text(text))],
             ),
         )
 
