@@ -144,8 +144,7 @@ def check_requirements() -> None:
     """Fail early and clearly when the ACP SDK or the OTLP exporter is missing."""
     if importlib.util.find_spec("acp") is None:
         raise DemoError(
-            "the ACP Python SDK is not installed (import acp failed): pip install 'acp-otel[instruments]' "
-            "or pip install agent-client-protocol"
+            "the ACP Python SDK is not installed (import acp failed): pip install agent-client-protocol"
         )
     if importlib.util.find_spec("opentelemetry.exporter.otlp.proto.http") is None:
         raise DemoError("the OTLP/HTTP exporter is not installed: pip install opentelemetry-exporter-otlp")
