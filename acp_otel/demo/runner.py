@@ -143,9 +143,7 @@ def find_opentelemetry_instrument() -> str:
 def check_requirements() -> None:
     """Fail early and clearly when the ACP SDK or the OTLP exporter is missing."""
     if importlib.util.find_spec("acp") is None:
-        raise DemoError(
-            "the ACP Python SDK is not installed (import acp failed): pip install agent-client-protocol"
-        )
+        raise DemoError("the ACP Python SDK is not installed (import acp failed): pip install agent-client-protocol")
     if importlib.util.find_spec("opentelemetry.exporter.otlp.proto.http") is None:
         raise DemoError("the OTLP/HTTP exporter is not installed: pip install opentelemetry-exporter-otlp")
 
