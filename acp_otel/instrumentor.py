@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from opentelemetry import trace
-from opentelemetry.instrumentation.dependencies import DependencyConflict
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
-from packaging.requirements import Requirement
 
 from . import sdk_adapter, shutdown, spawn
 from .engine import Engine
@@ -39,18 +36,6 @@ class AcpInstrumentor(BaseInstrumentor):
 
     def instrumentation_dependencies(self) -> Collection[str]:
         return _instruments
-
-    def _check_dependency_conflicts(self) -> DependencyConflict | None:
-        # The base check rejects pre-releases such as 1.0.0rc3, which we support: accept them.
-        for spec in _instruments:
-            req = Requirement(spec)
-            try:
-                installed = version(req.name)
-            except PackageNotFoundError:
-                return DependencyConflict(spec)
-            if not req.specifier.contains(installed, prereleases=True):
-                return DependencyConflict(spec, f"{req.name} {installed}")
-        return None
 
     @property
     def settings(self) -> Settings | None:
