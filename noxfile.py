@@ -30,7 +30,7 @@ SDK_SUITE = ["0.8.1", "0.9.0", "0.11.1", LATEST, NEXT]
 SDK_SUITE_PYTHON = "3.12"
 
 # The core span-contract tests (test_core*.py, new files included) and the per-release hook checks.
-CORE_TESTS = ("tests/test_core*.py",)
+CORE_TESTS = ("tests/test_core*.py", "tests/test_agent_*.py")  # + the agent layer on every release
 # Also run against the next major, whose cancellation and error paths differ (the tests branch on them).
 NEXT_TESTS = ("tests/test_faults.py", "tests/test_hostile.py")
 

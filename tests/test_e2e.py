@@ -172,13 +172,22 @@ def test_turn_is_one_trace_across_processes(request: pytest.FixtureRequest, prot
     assert {s.service_name for s in turn} == {CLIENT_SERVICE, AGENT_SERVICE}
 
     # agent -> client requests (standard and extension) cross the boundary back.
+    # The agent's tool calls: one span each across both processes, under the agent's turn.
+    tools = {s.attributes["gen_ai.tool.call.id"]: s for s in turn if s.name.startswith("execute_tool")}
+    assert len(tools) == len([s for s in turn if s.name.startswith("execute_tool")])
+    assert {"tool-search", "tool-fetch", "tool-read"} <= set(tools)
+    assert all(t.service_name == AGENT_SERVICE and t.parent_span_id == server_prompt.span_id for t in tools.values())
     for method in ("session/request_permission", "fs/read_text_file", "_example.com/workspace/buffers"):
         out = one(turn, method, "CLIENT", AGENT_SERVICE)
         inc = one(turn, method, "SERVER", CLIENT_SERVICE)
-        assert out.parent_span_id == server_prompt.span_id
+        # the permission request sits under the tool call it asks about
+        under = tools["tool-read"] if method == "session/request_permission" else server_prompt
+        assert out.parent_span_id == under.span_id
         assert inc.parent_span_id == out.span_id
-    # agent -> client notifications (session/update and an extension notification).
-    for method in ("session/update", "_example.com/progress"):
+    # session/update inside the turn: no spans by default (counted on the turn); other notifications keep theirs.
+    assert not find(turn, "session/update")
+    assert server_prompt.attributes["acp.turn.chunk_count.agent_message_chunk"] > 0
+    for method in ("_example.com/progress",):
         producers = find(turn, method, "PRODUCER", AGENT_SERVICE)
         consumers = find(turn, method, "CONSUMER", CLIENT_SERVICE)
         assert producers and len(producers) == len(consumers)
@@ -341,7 +350,7 @@ async def test_sigterm_right_after_the_turn_loses_no_spans(
             await proc.wait()
     assert returncode == -15
     spans = await asyncio.to_thread(grpc_receiver.wait_for, has_span("session/prompt", "SERVER", "terminated-agent"), 5)
-    assert {"initialize", "session/new", "session/prompt", "session/update"} <= {s.name for s in spans}
+    assert {"initialize", "session/new", "session/prompt", "execute_tool search"} <= {s.name for s in spans}
 
 
 async def test_end_of_input_flushes_before_exit(

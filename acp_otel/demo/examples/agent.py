@@ -15,7 +15,7 @@ One ``session/prompt`` turn, in order:
 6. ``_example.com/workspace/buffers`` (extension request), only if the client declared
    ``clientCapabilities._meta["example.com/workspace"]["buffers"] == true``,
 7. ``_example.com/progress`` (extension notification),
-8. a closing ``agent_message_chunk``, then ``stopReason: end_turn``.
+8. a closing ``agent_message_chunk``, then ``stopReason: end_turn`` with (scripted) token ``usage``.
 """
 
 from __future__ import annotations
@@ -213,7 +213,9 @@ class ExampleAgent(Agent):
             f"{len(buffers)} open buffers" if buffers is not None else "no buffer info (extension not declared)"
         )
         await self._say(session_id, f" Done: {read_part}; {buffer_part}.")
-        return PromptResponse(stop_reason="end_turn")
+        # Token usage as a model-backed agent would report it (scripted figures): traced as gen_ai.usage.*.
+        usage = {"inputTokens": 1200, "outputTokens": 340, "totalTokens": 1540, "cachedReadTokens": 800}
+        return PromptResponse.model_validate({"stopReason": "end_turn", "usage": usage})
 
     async def cancel(self, session_id: str, **kwargs: Any) -> None:
         # Nothing runs in the background, so there is nothing to stop.
