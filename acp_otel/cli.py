@@ -28,7 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
         "demo",
         help="run the example client and agent, traced, and show the trace",
         description=(
-            "Run examples/client.py (which spawns examples/agent.py) under opentelemetry-instrument and show "
+            "Run the example client (which spawns the example agent; both ship in acp_otel.demo.examples) under "
+            "opentelemetry-instrument and show "
             "the joined trace of both processes. Without OTEL_EXPORTER_OTLP_ENDPOINT the spans go to an "
             "embedded OTLP receiver on loopback and the trace is printed and written to a file; with it they "
             "go to that endpoint and the trace id is printed."
