@@ -2,6 +2,7 @@
 
     nox -s matrix      # core span-contract tests, every (Python, SDK) pair below (+ faults, hostile on NEXT)
     nox -s sdk_suite   # the SDK's own test suite, plain and traced, per SDK release
+    nox -s prerelease_zero_code  # opentelemetry-instrument traces the NEXT pre-release under packaging 25
     nox                # both (what scripts/matrix.sh runs)
 
 One pair: ``nox -s "matrix(python='3.12', sdk='1.0.0rc3')"``; list them with ``nox -l``.
@@ -18,7 +19,7 @@ import subprocess
 import nox
 
 nox.options.default_venv_backend = "venv"
-nox.options.sessions = ["matrix", "sdk_suite"]
+nox.options.sessions = ["matrix", "sdk_suite", "prerelease_zero_code"]
 nox.options.error_on_missing_interpreters = True
 
 PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
@@ -29,7 +30,7 @@ SDK_SUITE = ["0.8.1", "0.9.0", "0.11.1", LATEST, NEXT]
 SDK_SUITE_PYTHON = "3.12"
 
 # The core span-contract tests (test_core*.py, new files included) and the per-release hook checks.
-CORE_TESTS = ("tests/test_core*.py",)
+CORE_TESTS = ("tests/test_core*.py", "tests/test_agent_*.py")  # + the agent layer on every release
 # Also run against the next major, whose cancellation and error paths differ (the tests branch on them).
 NEXT_TESTS = ("tests/test_faults.py", "tests/test_hostile.py")
 
@@ -107,3 +108,22 @@ def sdk_suite(session: nox.Session, sdk: str) -> None:
     """The SDK's own tests from its sdist, run plain and with tracing on (see scripts/sdk_suite.py)."""
     _install(session, sdk)
     session.run("python", "scripts/sdk_suite.py", sdk)  # its summary: summary-SDK.json in the sdist cache
+
+
+@nox.session(python=SDK_SUITE_PYTHON)
+def prerelease_zero_code(session: nox.Session) -> None:
+    """``opentelemetry-instrument`` wraps the SDK on the NEXT pre-release with ``packaging`` 25.
+
+    The launcher checks the ``instruments`` extra with packaging's default pre-release rules, which before
+    packaging 26 let a pre-release match only a range that names one (see acp_otel/package.py).
+    """
+    _install(session, NEXT, "[test]")
+    session.install("packaging==25.0")
+    session.run(
+        "python",
+        "-c",
+        "import packaging, sys; v = packaging.__version__; sys.exit(0 if v == '25.0' else f'packaging {v}')",
+        silent=True,
+    )
+    # The whole file: the opentelemetry-instrument entry point, and instrument() called in code.
+    session.run("pytest", "-q", "-p", "no:cacheprovider", "tests/test_instrumentor.py")

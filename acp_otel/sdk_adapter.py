@@ -42,10 +42,12 @@ def install(engine: Engine) -> None:
 
 
 def uninstall() -> None:
-    """Stop tracing and restore every patched attribute."""
+    """Stop tracing and restore every patched attribute; end what the engine still has open."""
     global _engine
-    _engine = None
+    engine, _engine = _engine, None
     _patches.restore_all()
+    if engine is not None:
+        engine.shutdown()
 
 
 def _patch_connection_module(module: Any) -> None:
@@ -65,6 +67,7 @@ def _patch_connection_module(module: Any) -> None:
         else:
             _patches.wrap(conn, "_run_request", _run_request)
         _patches.wrap(conn, "_run_notification", _run_notification)
+        _patches.wrap(conn, "close", _close)
         if "span_context" in module.__dict__:
             _patches.wrap(module, "span_context", _sdk_span_context)
     except Exception:
@@ -188,6 +191,15 @@ def _incoming_hook(is_request: bool, returns_payload: bool) -> Any:
 _execute_request = _incoming_hook(is_request=True, returns_payload=True)  # 0.12.1+: returns the payload
 _run_request = _incoming_hook(is_request=True, returns_payload=False)  # up to 0.12.0: returns the result
 _run_notification = _incoming_hook(is_request=False, returns_payload=False)
+
+
+async def _close(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    try:
+        return await wrapped(*args, **kwargs)
+    finally:
+        engine = _engine
+        if engine is not None:  # tool calls and v2 turns still open end with the connection
+            engine.close_peer(instance, keep_requests=True)
 
 
 # ------------------------------------------------------------------ handler and SDK spans
