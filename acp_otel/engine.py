@@ -33,7 +33,9 @@ from .turns import Turn, TurnLayer, agent_attributes, truncate
 _log = logging.getLogger("acp_otel")
 
 # The incoming call whose handler runs in this context, so that an exception raised by the handler
-# (which the SDK turns into a -32603 response) can be named on the right span.
+# (which the SDK turns into a -32603 response) can be named on the right span. Stored as a weak
+# reference: the call holds the context, so a strong one would make a cycle per message that only the
+# garbage collector frees (with the span it holds); the adapter keeps the call alive while the handler runs.
 _CALL_KEY = otel_context.create_key("acp_otel.incoming_call")
 
 _SESSION_RESULT_METHODS = ("session/new", "session/load", "session/fork", "session/resume")
@@ -60,6 +62,7 @@ class Call:
     """One traced message: its span (or ``None`` when excluded) and what ending it needs to know."""
 
     __slots__ = (
+        "__weakref__",
         "context",
         "failure",
         "is_request",
@@ -325,7 +328,7 @@ class Engine:
                 call = self._start(info, method, params, request_id, peer_state, parent, kind, is_request)
                 # Baggage and the remote parent stay current for the handler, under our span.
                 context = trace.set_span_in_context(call.span, parent)  # type: ignore[arg-type]
-                call.context = otel_context.set_value(_CALL_KEY, call, context)
+                call.context = otel_context.set_value(_CALL_KEY, weakref.ref(call), context)
             else:
                 call = Call(None, method, peer_state, is_request)
                 call.context = parent
@@ -419,7 +422,8 @@ class Engine:
         ``rpc_code`` is the JSON-RPC code when the handler raised the SDK's ``RequestError``.
         """
         try:
-            call = otel_context.get_value(_CALL_KEY)
+            ref = otel_context.get_value(_CALL_KEY)
+            call = ref() if isinstance(ref, weakref.ref) else None
             if not isinstance(call, Call) or call.span is None or not call.span.is_recording():
                 return
             if call.is_request:

@@ -229,9 +229,13 @@ async def _handler_wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], k
         raise
 
 
+# One shared do-nothing context manager (nullcontext is reusable and re-entrant): no allocation per message.
+_NO_SDK_SPAN = contextlib.nullcontext()
+
+
 def _sdk_span_context(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     engine = _engine
     if engine is not None and not engine.settings.keep_sdk_spans:
         # Our SERVER/CONSUMER spans replace the SDK's unpropagated acp.request / acp.notification.
-        return contextlib.nullcontext()
+        return _NO_SDK_SPAN
     return wrapped(*args, **kwargs)

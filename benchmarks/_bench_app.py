@@ -1,25 +1,25 @@
 """A minimal ACP agent/client pair on the real SDK, connected by a loopback TCP stream (real NDJSON).
 
-Shared by the benchmarks; the connection pair itself is the tests' ``Pair`` (tests/acp_app.py). The prompt
-text says what the agent does: ``k=<n>`` streams ``n`` ``session/update`` notifications before answering;
-``error`` answers with a JSON-RPC error; ``raise`` makes the handler raise; ``slow`` waits until cancelled.
+The benchmarks' own app (they do not import ``tests/``). The prompt text says what the agent does:
+``k=<n>`` streams ``n`` ``session/update`` notifications before answering; ``error`` answers with a
+JSON-RPC error; ``raise`` makes the handler raise; ``slow`` waits until cancelled. Handlers take keyword
+arguments and plain dicts only, which every supported SDK release accepts.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
-import sys
+import contextlib
 from typing import Any
 
+from acp import AgentSideConnection, ClientSideConnection
 from acp.exceptions import RequestError
 
-# The tests' client/agent pair and helpers (tests/acp_app.py); plain dicts work on every supported SDK.
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+__all__ = ["PROTOCOL_VERSION", "BenchAgent", "BenchClient", "BenchPair", "text_block", "text_of"]
 
-from acp_app import PROTOCOL_VERSION, Pair, _chunk, _text_of
-
-__all__ = ["PROTOCOL_VERSION", "BenchAgent", "BenchClient", "BenchPair", "_text_of", "text_block"]
+PROTOCOL_VERSION = 1
+CLIENT_INFO = {"name": "bench-client", "version": "1.0.0"}
+AGENT_INFO = {"name": "bench-agent", "version": "1.0.0"}
 
 
 def text_block(text: str) -> dict[str, str]:
@@ -27,7 +27,25 @@ def text_block(text: str) -> dict[str, str]:
     return {"type": "text", "text": text}
 
 
+def text_of(prompt: Any) -> str:
+    """The text of a prompt's blocks (pydantic models or dicts, depending on the SDK release)."""
+    parts = []
+    for block in prompt or []:
+        text = getattr(block, "text", None)
+        if text is None and isinstance(block, dict):
+            text = block.get("text")
+        if text:
+            parts.append(text)
+    return " ".join(parts)
+
+
+def _chunk(text: str) -> dict[str, Any]:
+    return {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}
+
+
 class BenchAgent:
+    """Answers initialize / session/new and streams ``k`` chunks per prompt."""
+
     def __init__(self) -> None:
         self.conn: Any = None
         self.sessions = 0
@@ -36,11 +54,8 @@ class BenchAgent:
         self.conn = conn
 
     async def initialize(self, protocol_version: int, **kwargs: Any) -> dict[str, Any]:
-        return {
-            "protocolVersion": PROTOCOL_VERSION,
-            "agentCapabilities": {"loadSession": False},
-            "agentInfo": {"name": "bench-agent", "version": "1.0.0"},
-        }
+        capabilities = {"loadSession": False}
+        return {"protocolVersion": PROTOCOL_VERSION, "agentCapabilities": capabilities, "agentInfo": AGENT_INFO}
 
     async def new_session(self, cwd: str, mcp_servers: Any = None, **kwargs: Any) -> dict[str, Any]:
         self.sessions += 1
@@ -50,7 +65,7 @@ class BenchAgent:
         return None
 
     async def prompt(self, prompt: Any, session_id: str, **kwargs: Any) -> dict[str, Any]:
-        text = _text_of(prompt)
+        text = text_of(prompt)
         if text.startswith("k="):
             for _ in range(int(text[2:])):
                 await self.conn.session_update(session_id=session_id, update=_chunk("tok "))
@@ -65,6 +80,8 @@ class BenchAgent:
 
 
 class BenchClient:
+    """Counts the updates it is sent."""
+
     def __init__(self) -> None:
         self.updates = 0
 
@@ -75,19 +92,54 @@ class BenchClient:
         self.updates += 1
 
 
-class BenchPair(Pair):
-    """The tests' :class:`Pair` (one loopback TCP socket), initialized and with one session open."""
+class BenchPair:
+    """A client and agent over one loopback TCP socket, initialized and with one session open."""
 
     def __init__(self, agent: Any = None) -> None:
-        super().__init__(agent if agent is not None else BenchAgent(), BenchClient())
+        self.agent = agent if agent is not None else BenchAgent()
+        self.client = BenchClient()
+        self.client_conn: Any = None
+        self.agent_conn: Any = None
         self.session_id = ""
+        self._server: asyncio.AbstractServer | None = None
+        self._writers: list[asyncio.StreamWriter] = []
 
     async def start(self) -> BenchPair:
-        await super().start()
-        await self.client_conn.initialize(protocol_version=PROTOCOL_VERSION)
+        ready = asyncio.Event()
+
+        async def on_conn(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            self._writers.append(writer)
+            self.agent_conn = AgentSideConnection(lambda conn: self.agent, writer, reader)
+            ready.set()
+
+        self._server = await asyncio.start_server(on_conn, "127.0.0.1", 0)
+        port = self._server.sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        self._writers.append(writer)
+        self.client_conn = ClientSideConnection(lambda conn: self.client, writer, reader)
+        await asyncio.wait_for(ready.wait(), 5)
+        from acp import schema
+
+        try:  # peers that name themselves put their name/version on every span: the realistic case
+            info = schema.Implementation.model_validate(CLIENT_INFO)
+            await self.client_conn.initialize(protocol_version=PROTOCOL_VERSION, client_info=info)
+        except TypeError:  # releases whose initialize() takes no client_info
+            await self.client_conn.initialize(protocol_version=PROTOCOL_VERSION)
         session = await self.client_conn.new_session(cwd="/tmp", mcp_servers=[])
         self.session_id = session.session_id
         return self
 
     async def prompt(self, text: str) -> Any:
         return await self.client_conn.prompt(session_id=self.session_id, prompt=[text_block(text)])
+
+    async def close(self) -> None:
+        for conn in (self.client_conn, self.agent_conn):
+            if conn is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(conn.close(), 5)
+        for writer in self._writers:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(writer.wait_closed(), 1)
+        if self._server is not None:
+            self._server.close()

@@ -34,7 +34,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from _bench_app import BenchAgent, BenchPair, _text_of, text_block  # noqa: E402
+from _bench_app import BenchAgent, BenchPair, text_block  # noqa: E402
+from _bench_app import text_of as _text_of  # noqa: E402
 
 from acp_otel import AcpInstrumentor, sdk_adapter  # noqa: E402
 

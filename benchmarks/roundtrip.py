@@ -1,53 +1,64 @@
-"""Cost of one ACP prompt round trip (K session/update notifications), bare vs traced.
+"""Our tracing overhead against the in-situ floor: the cheapest tracing possible at the same SDK hooks.
 
 Usage::
 
     .venv/bin/python benchmarks/roundtrip.py            # full run (a few minutes)
-    .venv/bin/python benchmarks/roundtrip.py --smoke    # short CI run (< 60 s)
+    .venv/bin/python benchmarks/roundtrip.py --smoke    # short CI run (well under two minutes)
+    .venv/bin/python benchmarks/roundtrip.py --modes all,none --ks 1,20 --no-valgrind
 
-Client and agent run on the real SDK in one process, connected by a loopback TCP socket (real NDJSON
-bytes). Every variant runs in its own subprocess, so that "no tracer provider" really means none;
-the subprocesses are interleaved (the order rotates every round) and repeated, and the report gives
-medians over rounds with their spread. Variants:
+One prompt round trip carries K ``session/update`` notifications (agent to client). Client and agent run
+on the real SDK in one process over a loopback TCP socket (real NDJSON bytes). Three variants:
 
-* ``bare``       no OpenTelemetry SDK tracer provider, not instrumented;
-* ``sdk``        a global tracer provider (BatchSpanProcessor, discarding exporter), not instrumented:
-                 only the SDK's own ``acp.request`` / ``acp.notification`` spans;
-* ``instr``      instrumented, same provider (``notification_spans=all``, the default);
-* ``unsampled``  instrumented, sampler ``ParentBased(ALWAYS_OFF)``;
-* ``otlp``       instrumented, BatchSpanProcessor + OTLP/HTTP exporter to a receiver on loopback
-                 (running in the parent process);
-* ``instr-none`` / ``instr-events``  instrumented with ``notification_spans=none`` / ``events``;
-* ``floor``      measured inside the ``instr`` subprocess with the same provider: starting and ending as
-                 many bare spans as a traced turn creates, plus one inject and one extract per message.
+* ``bare``   the SDK with its own spans off (``acp.telemetry.TRACER = None``), not instrumented;
+* ``instr``  ``AcpInstrumentor`` with the defaults, ``notification_spans`` = the mode under test;
+* ``floor``  plain functions (no wrapt) replacing the SDK's four hooks ``send_request``,
+  ``send_notification``, ``_execute_request`` (``_run_request`` before 0.12.1) and ``_run_notification``,
+  doing the minimum any tracing there must do: per send a span (start + end, 2 attributes) and one
+  ``propagate.inject`` into ``params._meta`` (in place: no copy), per receive one ``propagate.extract``
+  and a span whose context the handler runs in (one attach / detach). It emits exactly as many spans
+  per round trip as ``instr`` does in the mode under test (counted first, per mode and K): the hooks
+  take spans from a per-turn budget in message order, and inject / extract on every message.
+
+All three share one tracer provider (``BatchSpanProcessor``, discarding exporter; sampled, or
+``ParentBased(ALWAYS_OFF)`` for the unsampled runs, whose floor's spans are then unsampled too). They are
+timed in short interleaved micro-rounds (the order rotates), each on a fresh connection pair, because this
+machine's speed drifts 2x within seconds; the figure is the median over micro-rounds of
+``(instr - bare) / (floor - bare)``, with GC on. Where ``valgrind`` is installed, the same three variants
+are also counted in executed instructions (``cachegrind --cache-sim=no``, GC off): the difference between
+two run lengths, divided by the difference in turns, gives instructions per round trip without start-up.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
+import gc
 import json
 import os
+import re
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Callable
 from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-VARIANTS = ("bare", "sdk", "instr", "unsampled", "otlp", "instr-none", "instr-events")
-MODES = {"instr": "all", "unsampled": "all", "otlp": "all", "instr-none": "none", "instr-events": "events"}
+VARIANTS = ("bare", "floor", "instr")
+# Informational (--contract-floor): the floor's spans carrying the instrumented spans' own attributes.
+CONTRACT_FLOOR = "floor-contract"
+TARGET = 1.10
+
+# ------------------------------------------------------------------------------------------ set-up
 
 
-# ------------------------------------------------------------------------------------------ worker
-
-
-def _setup(variant: str, otlp_endpoint: str | None) -> Any:
-    """Configure OpenTelemetry for ``variant``; return the discarding exporter (or ``None``)."""
-    if variant == "bare":
-        return None
+def _provider(sampling: str) -> tuple[Any, Any]:
+    """A global tracer provider with a batch processor and a discarding, counting exporter."""
     from opentelemetry import trace
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
@@ -64,322 +75,455 @@ def _setup(variant: str, otlp_endpoint: str | None) -> Any:
         def shutdown(self) -> None:
             pass
 
-    sampler = ParentBased(ALWAYS_OFF) if variant == "unsampled" else None
-    provider = TracerProvider(sampler=sampler) if sampler is not None else TracerProvider()
-    exporter: Any = DiscardExporter()
-    if variant == "otlp":
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
-        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=otlp_endpoint)))
-        exporter = None
-    else:
-        provider.add_span_processor(BatchSpanProcessor(exporter))
-    # The SDK's acp.telemetry.TRACER is a ProxyTracer that follows the global provider.
+    provider = TracerProvider(sampler=ParentBased(ALWAYS_OFF)) if sampling == "unsampled" else TracerProvider()
+    exporter = DiscardExporter()
+    provider.add_span_processor(BatchSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
-    if variant in MODES:
-        from acp_otel import AcpInstrumentor
-
-        AcpInstrumentor().instrument(tracer_provider=provider, notification_spans=MODES[variant])
     return provider, exporter
 
 
-# What a traced session/update span carries under the span contract (for the informational floor).
-CONTRACT_ATTRIBUTES = {
-    "rpc.system.name": "jsonrpc",
-    "acp.method.name": "session/update",
-    "acp.session.id": "sess-1",
-    "gen_ai.conversation.id": "sess-1",
-    "acp.client.name": "bench-client",
-    "acp.client.version": "1.0.0",
-    "acp.agent.name": "bench-agent",
-    "acp.agent.version": "1.0.0",
-}
-
-
-def _floor_op(n_spans: int, n_msgs: int, attributes: dict[str, Any] | None = None) -> Any:
-    """One turn's worth of the unavoidable work: bare spans plus one inject + extract per message.
-
-    With ``attributes`` the spans carry the span contract's attributes: not the issue's floor, but it
-    shows how much of the overhead is the contract's attributes rather than our code.
-    """
-    from opentelemetry import propagate, trace
-    from opentelemetry.context import Context
-
-    tracer = trace.get_tracer("acp_otel.floor")
-    inject, extract = propagate.inject, propagate.extract
-    set_span = trace.set_span_in_context
-
-    def op() -> None:
-        for i in range(n_spans):
-            span = tracer.start_span("floor", attributes=attributes)
-            if i < n_msgs:
-                carrier: dict[str, str] = {}
-                inject(carrier, context=set_span(span))
-                extract(carrier, context=Context())
-            span.end()
-
-    return op
-
-
-def _time_floor(op: Any, n: int, provider: Any) -> float:
-    """µs per turn of the floor ``op``: the best of three runs, each starting with an empty span queue.
-
-    The floor is the unavoidable cost, so the fastest run measures it best; a single run sometimes pays
-    for the batch processor's export thread waking up in the middle of it.
-    """
-    best = float("inf")
-    for _ in range(3):
-        provider.force_flush()
-        t0 = time.perf_counter()
-        for _ in range(n):
-            op()
-        best = min(best, (time.perf_counter() - t0) / n * 1e6)
-    return best
-
-
-async def _worker(args: argparse.Namespace) -> dict[str, Any]:
-    from _bench_app import BenchPair
-
-    setup = _setup(args.worker, args.otlp_endpoint)
-    provider, exporter = setup if setup is not None else (None, None)
-    ks = [int(k) for k in args.ks.split(",")]
-    turns = {1: args.turns, **{k: max(5, args.turns * 4 // (k + 1)) for k in ks if k != 1}}
-    pair = await BenchPair().start()
+def _sdk_spans_off() -> None:
+    # "bare" is the SDK without its own spans; the instrumentation replaces them anyway (keep_sdk_spans off).
     try:
-        for k in ks:  # warm-up
-            for _ in range(max(10, turns[k] // 2)):
+        import acp.telemetry
+
+        setattr(acp.telemetry, "TRACER", None)  # noqa: B010 - the module's public global, typed as a Tracer
+    except (ImportError, AttributeError):
+        pass
+
+
+def default_mode() -> str:
+    """The ``notification_spans`` setting in force when the user sets nothing."""
+    from acp_otel.settings import load_settings
+
+    return load_settings({}).notification_spans
+
+
+class Instrumented:
+    """The ``instr`` variant: acp-otel with its defaults and ``notification_spans=mode``."""
+
+    def __init__(self, provider: Any, mode: str) -> None:
+        self.provider = provider
+        self.mode = mode
+        from acp_otel import AcpInstrumentor
+
+        self._instrumentor = AcpInstrumentor()
+
+    def __enter__(self) -> None:
+        self._instrumentor.instrument(tracer_provider=self.provider, notification_spans=self.mode)
+
+    def __exit__(self, *exc: Any) -> None:
+        self._instrumentor.uninstrument()
+
+
+class Bare:
+    """The ``bare`` variant: nothing patched."""
+
+    def __enter__(self) -> None:
+        pass
+
+    def __exit__(self, *exc: Any) -> None:
+        pass
+
+
+class Floor:
+    """The in-situ floor: plain functions at the SDK's four hooks doing the least tracing can do.
+
+    ``spans_per_turn`` spans are handed out per prompt turn, in message order (the prompt request's send
+    and receive first, then each notification's send and receive), so that the floor emits exactly as
+    many spans as the instrumentation does in the mode under test. Every message is injected / extracted.
+    """
+
+    def __init__(self, spans_per_turn: int, attributes: dict[tuple[str, str], dict[str, Any]] | None = None) -> None:
+        self.spans_per_turn = spans_per_turn
+        # (method, span kind name) -> the attributes to set instead of the two minimal ones.
+        self.attributes = attributes or {}
+        self._saved: dict[str, Any] = {}
+
+    def __enter__(self) -> None:
+        from acp.connection import Connection
+        from opentelemetry import context as otel_context
+        from opentelemetry import propagate, trace
+        from opentelemetry.context import Context
+        from opentelemetry.trace import SpanKind
+
+        tracer = trace.get_tracer("acp_otel.floor")
+        inject, extract, set_span = propagate.inject, propagate.extract, trace.set_span_in_context
+        attach, detach = otel_context.attach, otel_context.detach
+        budget = [0]
+        per_turn = self.spans_per_turn
+        contract = self.attributes
+
+        def take() -> bool:
+            if budget[0] > 0:
+                budget[0] -= 1
+                return True
+            return False
+
+        def start(method: str, kind: SpanKind, parent: Any = None) -> Any:
+            attributes = contract.get((method, kind.name)) or {"rpc.system.name": "jsonrpc", "acp.method.name": method}
+            return tracer.start_span(method, context=parent, kind=kind, attributes=attributes)
+
+        def inject_into(params: Any, span: Any) -> Any:
+            carrier: dict[str, str] = {}
+            inject(carrier, context=set_span(span) if span is not None else None)
+            if type(params) is dict:
+                meta = params.get("_meta")
+                if meta is None:
+                    params["_meta"] = carrier
+                elif type(meta) is dict:
+                    meta.update(carrier)
+            elif params is None:
+                params = {"_meta": carrier}
+            return params
+
+        def parent_of(message: dict[str, Any]) -> Any:
+            params = message.get("params")
+            meta = params.get("_meta") if type(params) is dict else None
+            return extract(meta, context=Context()) if type(meta) is dict else Context()
+
+        saved = self._saved
+        hooks = ["send_request", "send_notification", "_run_notification"]
+        hooks.append("_execute_request" if "_execute_request" in Connection.__dict__ else "_run_request")
+        for name in hooks:
+            saved[name] = Connection.__dict__[name]
+
+        async def send_request(conn: Any, method: str, params: Any = None) -> Any:
+            if method == "session/prompt":
+                budget[0] = per_turn
+            span = start(method, SpanKind.CLIENT) if take() else None
+            try:
+                return await saved["send_request"](conn, method, inject_into(params, span))
+            finally:
+                if span is not None:
+                    span.end()
+
+        async def send_notification(conn: Any, method: str, params: Any = None) -> Any:
+            span = start(method, SpanKind.PRODUCER) if take() else None
+            try:
+                return await saved["send_notification"](conn, method, inject_into(params, span))
+            finally:
+                if span is not None:
+                    span.end()
+
+        def incoming(name: str, kind: SpanKind) -> Callable[..., Any]:
+            original = saved[name]
+
+            async def hook(conn: Any, message: dict[str, Any], *rest: Any) -> Any:
+                parent = parent_of(message)
+                span = start(message["method"], kind, parent) if take() else None
+                token = attach(set_span(span, parent) if span is not None else parent)
+                try:
+                    return await original(conn, message, *rest)
+                finally:
+                    detach(token)
+                    if span is not None:
+                        span.end()
+
+            return hook
+
+        for name, hook in (
+            ("send_request", send_request),
+            ("send_notification", send_notification),
+            (hooks[3], incoming(hooks[3], SpanKind.SERVER)),
+            ("_run_notification", incoming("_run_notification", SpanKind.CONSUMER)),
+        ):
+            setattr(Connection, name, hook)
+
+    def __exit__(self, *exc: Any) -> None:
+        from acp.connection import Connection
+
+        for name, original in self._saved.items():
+            setattr(Connection, name, original)
+        self._saved.clear()
+
+
+async def _count_spans_per_turn(mode: str, ks: list[int]) -> tuple[dict[int, int], dict[tuple[str, str], Any]]:
+    """Spans the instrumentation emits per prompt turn in ``mode``, through an always-sampling provider.
+
+    Also the attributes its spans end with, per (method, kind), for the informational contract floor.
+    """
+    from _bench_app import BenchPair
+    from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+
+    attributes: dict[tuple[str, str], Any] = {}
+
+    class Counter(SpanProcessor):
+        ended = 0
+
+        def on_end(self, span: Any) -> None:
+            self.ended += 1
+            method = span.attributes.get("acp.method.name", span.name)
+            attributes[(method, span.kind.name)] = dict(span.attributes)
+
+    counter = Counter()
+    provider = TracerProvider()
+    provider.add_span_processor(counter)
+    turns = 4
+
+    out = {}
+    with Instrumented(provider, mode):
+        for k in ks:
+            pair = await BenchPair().start()
+            before = counter.ended
+            for _ in range(turns):
                 await pair.prompt(f"k={k}")
-        spans_per_turn: dict[int, float] = {}
-        if exporter is not None:
-            for k in ks:
-                provider.force_flush()
-                before = exporter.count
-                for _ in range(20):
-                    await pair.prompt(f"k={k}")
-                provider.force_flush()
-                spans_per_turn[k] = (exporter.count - before) / 20
-        floor_ops: dict[int, Any] = {}
-        attr_floor_ops: dict[int, Any] = {}
-        if args.worker == "instr":
-            for k in ks:
-                floor_ops[k] = _floor_op(round(spans_per_turn[k]), 1 + k)  # request + K notifications
-                attr_floor_ops[k] = _floor_op(round(spans_per_turn[k]), 1 + k, CONTRACT_ATTRIBUTES)
-        elif args.worker == "unsampled":
-            # The same spans as the sampled run would create, but through this worker's unsampled provider.
-            for k in ks:
-                floor_ops[k] = _floor_op(2 * (1 + k), 1 + k)
-        times: dict[int, list[float]] = {k: [] for k in ks}
-        floors: dict[int, list[float]] = {k: [] for k in ks}
-        attr_floors: dict[int, list[float]] = {k: [] for k in ks}
-        for b in range(args.batches):
-            for k in ks if b % 2 == 0 else reversed(ks):
-                n = turns[k]
-                text = f"k={k}"
-                # Every timed section starts with an empty span queue, so none pays for another's export.
-                if provider is not None:
-                    provider.force_flush()
-                t0 = time.perf_counter()
-                for _ in range(n):
-                    await pair.prompt(text)
-                times[k].append((time.perf_counter() - t0) / n * 1e6)
-                if k in floor_ops:
-                    floors[k].append(_time_floor(floor_ops[k], n, provider))
-                if k in attr_floor_ops:
-                    attr_floors[k].append(_time_floor(attr_floor_ops[k], n, provider))
-    finally:
-        await pair.close()
-        if provider is not None:
-            provider.shutdown()
-    return {
-        "variant": args.worker,
-        "us": {k: statistics.median(v) for k, v in times.items()},
-        "floor_us": {k: statistics.median(v) for k, v in floors.items() if v},
-        "attr_floor_us": {k: statistics.median(v) for k, v in attr_floors.items() if v},
-        "spans_per_turn": spans_per_turn,
-    }
+            out[k] = round((counter.ended - before) / turns)
+            await pair.close()
+    return out, attributes
 
 
-async def _throughput_worker(args: argparse.Namespace) -> dict[str, Any]:
+def _variant(name: str, provider: Any, mode: str, spans: int, attributes: dict[tuple[str, str], Any]) -> Any:
+    if name == "instr":
+        return Instrumented(provider, mode)
+    if name == "floor":
+        return Floor(spans)
+    if name == CONTRACT_FLOOR:
+        return Floor(spans, attributes)
+    return Bare()
+
+
+# ------------------------------------------------------------------------------------------ workers
+
+
+def _turns(k: int, turns_k1: int) -> int:
+    return max(3, turns_k1 * 2 // (k + 1))
+
+
+async def _micro_rounds(args: argparse.Namespace) -> dict[str, Any]:
+    """Interleaved micro-rounds: per round, per K, each variant on a fresh pair (rotating order)."""
     from _bench_app import BenchPair
 
-    setup = _setup(args.worker, None)
-    provider = setup[0] if setup is not None else None
-    pairs = [await BenchPair().start() for _ in range(args.sessions)]
-    text = f"k={args.throughput_k}"
-    count = 0
-    stop = 0.0
+    ks = [int(k) for k in args.ks.split(",")]
+    _sdk_spans_off()
+    spans, attributes = await _count_spans_per_turn(args.mode, ks)
+    provider, _exporter = _provider(args.sampling)
+    variants = (*VARIANTS, CONTRACT_FLOOR) if args.contract_floor else VARIANTS
+    times: dict[int, dict[str, list[float]]] = {k: {v: [] for v in variants} for k in ks}
+    for r in range(args.rounds + 1):  # round 0 warms up every path and is not recorded
+        for k in ks if r % 2 else reversed(ks):
+            order = variants[r % len(variants) :] + variants[: r % len(variants)]
+            n = _turns(k, args.turns)
+            text = f"k={k}"
+            for name in order:
+                with _variant(name, provider, args.mode, spans[k], attributes):
+                    pair = await BenchPair().start()
+                    await pair.prompt(text)
+                    provider.force_flush()  # each timed section starts with an empty span queue
+                    t0 = time.perf_counter()
+                    for _ in range(n):
+                        await pair.prompt(text)
+                    elapsed = time.perf_counter() - t0
+                    await pair.close()
+                if r:
+                    times[k][name].append(elapsed / n * 1e6)
+    provider.shutdown()
+    return {"spans": spans, "times": times}
 
-    async def run(pair: BenchPair) -> None:
-        nonlocal count
-        while time.perf_counter() < stop:
-            await pair.prompt(text)
-            count += 1
 
-    try:
-        stop = time.perf_counter() + min(1.0, args.duration / 3)  # warm-up
-        await asyncio.gather(*(run(p) for p in pairs))
-        count = 0
-        t0 = time.perf_counter()
-        stop = t0 + args.duration
-        await asyncio.gather(*(run(p) for p in pairs))
-        elapsed = time.perf_counter() - t0
-    finally:
-        for p in pairs:
-            await p.close()
-        if provider is not None:
-            provider.shutdown()
-    return {"variant": args.worker, "turns_per_s": count / elapsed}
+async def _icount_run(args: argparse.Namespace) -> None:
+    """One variant for ``--turns`` turns at one K, GC off: run under valgrind, twice, at two lengths."""
+    from _bench_app import BenchPair
+
+    gc.disable()
+    k = int(args.ks)
+    _sdk_spans_off()
+    spans, attributes = await _count_spans_per_turn(args.mode, [k])
+    provider, _exporter = _provider(args.sampling)
+    with _variant(args.icount, provider, args.mode, spans[k], attributes):
+        pair = await BenchPair().start()
+        for _ in range(3):  # warm-up, in both run lengths alike
+            await pair.prompt(f"k={k}")
+        provider.force_flush()
+        for _ in range(args.turns):
+            await pair.prompt(f"k={k}")
+        await pair.close()
+    provider.shutdown()
 
 
 # ------------------------------------------------------------------------------------------ parent
 
 
+def _clean_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}  # a stray OTEL_* changes variants
+    env["PYTHONHASHSEED"] = "0"  # the same work in every valgrind run
+    return env
+
+
 def _run_worker(argv: list[str]) -> dict[str, Any]:
-    env = dict(os.environ)
-    for name in list(env):  # a stray OTEL_* setting must not change a variant
-        if name.startswith("OTEL_"):
-            del env[name]
     out = subprocess.run(
-        [sys.executable, os.path.abspath(__file__), *argv], capture_output=True, text=True, env=env, timeout=600
+        [sys.executable, os.path.abspath(__file__), *argv],
+        capture_output=True,
+        text=True,
+        env=_clean_env(),
+        timeout=900,
     )
     if out.returncode != 0:
         raise RuntimeError(f"worker {argv} failed:\n{out.stderr}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
-RECEIVER_KIND = "acp_otel.demo.receiver.OtlpReceiver (HTTP, counting)"
+def _instructions(argv: list[str]) -> int:
+    """Instructions executed by one worker run under cachegrind (no cache simulation)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [
+            "valgrind",
+            "--tool=cachegrind",
+            "--cache-sim=no",
+            f"--cachegrind-out-file={os.path.join(tmp, 'cg.out')}",
+            sys.executable,
+            os.path.abspath(__file__),
+            *argv,
+        ]
+        out = subprocess.run(cmd, capture_output=True, text=True, env=_clean_env(), timeout=1800)
+    match = re.search(r"I\s+refs:\s+([\d,]+)", out.stderr)
+    if out.returncode != 0 or match is None:
+        raise RuntimeError(f"valgrind {argv} failed:\n{out.stderr[-2000:]}")
+    return int(match.group(1).replace(",", ""))
 
 
-def _counting_receiver() -> Any:
-    """The embedded OTLP/HTTP receiver, decoding requests but keeping only a span count.
-
-    A long run exports millions of spans; storing them would grow the parent process for nothing.
-    """
-    from acp_otel.demo.receiver import OtlpReceiver
-
-    class CountingReceiver(OtlpReceiver):
-        received = 0
-
-        def _ingest(self, resource_spans: Any, transport: str) -> None:
-            count = sum(len(ss.spans) for rs in resource_spans for ss in rs.scope_spans)
-            with self._cond:
-                self.received += count
-
-    return CountingReceiver(enable_grpc=False)
+def _ratio(instr: float, bare: float, floor: float) -> float:
+    return (instr - bare) / (floor - bare) if floor != bare else float("nan")
 
 
-def _spread(values: list[float]) -> str:
+def _quartiles(values: list[float]) -> str:
     if len(values) < 2:
         return "-"
     q = statistics.quantiles(values, n=4, method="inclusive")
-    return f"{q[0]:.0f}–{q[2]:.0f}"
+    return f"{q[0]:.2f}–{q[2]:.2f}"
+
+
+def _verdict(value: float) -> str:
+    return "met" if value <= TARGET else "MISSED"
+
+
+def _contract_note(args: argparse.Namespace) -> None:
+    if args.contract_floor:
+        print(
+            "  (info) vs contract floor: (instr − bare) / (floor-contract − bare), the floor's spans carrying the "
+            "instrumented spans' own attributes: what is left once the span contract's attributes are paid"
+        )
+
+
+def _wall(args: argparse.Namespace, modes: list[str], samplings: list[str]) -> None:
+    ks = [int(k) for k in args.ks.split(",")]
+    print(
+        f"\nWall time: {args.rounds} micro-rounds per variant and K (fresh connection pair each; "
+        f"{args.turns} turns at K=1, {_turns(max(ks), args.turns)} at K={max(ks)}), µs per turn (medians)"
+    )
+    extra = " (info) vs contract floor |" if args.contract_floor else ""
+    print(
+        "| sampling | notification_spans | K | spans/turn | bare | floor | instr | ratio (median) | p25–p75 "
+        f"| target ≤ 1.10 |{extra}"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|" + ("---|" if extra else ""))
+    for sampling in samplings:
+        for mode in modes:
+            common = ["--ks", args.ks, "--turns", str(args.turns), "--rounds", str(args.rounds)]
+            if args.contract_floor:
+                common.append("--contract-floor")
+            res = _run_worker(["--worker", "--sampling", sampling, "--mode", mode, *common])
+            for k in ks:
+                t = res["times"][str(k)]
+                ratios = [_ratio(i, b, f) for b, f, i in zip(t["bare"], t["floor"], t["instr"], strict=True)]
+                ratio = statistics.median(ratios)
+                med = {v: statistics.median(t[v]) for v in VARIANTS}
+                cell = ""
+                if args.contract_floor:
+                    info = [_ratio(i, b, f) for b, f, i in zip(t["bare"], t[CONTRACT_FLOOR], t["instr"], strict=True)]
+                    cell = f" {statistics.median(info):.2f} |"
+                print(
+                    f"| {sampling} | {mode} | {k} | {res['spans'][str(k)]} | {med['bare']:.0f} | {med['floor']:.0f} | "
+                    f"{med['instr']:.0f} | **{ratio:.2f}** | {_quartiles(ratios)} | {_verdict(ratio)} |{cell}",
+                    flush=True,
+                )
+    _contract_note(args)
+
+
+def _valgrind(args: argparse.Namespace, modes: list[str], samplings: list[str]) -> None:
+    ks = [int(k) for k in args.ks.split(",")]
+    short, long = args.icount_turns
+    variants = (*VARIANTS, CONTRACT_FLOOR) if args.contract_floor else VARIANTS
+    print(
+        "\nInstructions per turn under valgrind (cachegrind --cache-sim=no, GC off; "
+        f"difference of runs of {short} and {long} turns at K=1, fewer at larger K)"
+    )
+    extra = " (info) floor-contract | (info) vs contract floor |" if args.contract_floor else ""
+    print(
+        "| sampling | notification_spans | K | bare | floor | instr | floor − bare | instr − bare | ratio "
+        f"| target ≤ 1.10 |{extra}"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if extra else ""))
+    jobs = []
+    for sampling in samplings:
+        for mode in modes:
+            for k in ks:
+                # Fewer turns at large K: the work per turn grows with K.
+                n1, n2 = (max(2, n * 2 // (k + 1)) for n in (short, long))
+                for name in variants:
+                    base = ["--icount", name, "--sampling", sampling, "--mode", mode, "--ks", str(k)]
+                    jobs.append(((sampling, mode, k, name, n1), [*base, "--turns", str(n1)]))
+                    jobs.append(((sampling, mode, k, name, n2), [*base, "--turns", str(n2)]))
+    # Instruction counts do not depend on load, so two runs at a time (most of each is start-up).
+    try:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            counts = dict(zip((key for key, _ in jobs), pool.map(_instructions, (a for _, a in jobs)), strict=True))
+    except RuntimeError as exc:  # a valgrind that cannot run here must not fail the wall-time report
+        print(f"valgrind failed, instruction counts skipped: {str(exc)[:500]}")
+        return
+    for sampling in samplings:
+        for mode in modes:
+            for k in ks:
+                n1, n2 = (max(2, n * 2 // (k + 1)) for n in (short, long))
+                per_turn = {
+                    name: (counts[(sampling, mode, k, name, n2)] - counts[(sampling, mode, k, name, n1)]) / (n2 - n1)
+                    for name in variants
+                }
+                b, f, i = per_turn["bare"], per_turn["floor"], per_turn["instr"]
+                ratio = _ratio(i, b, f)
+                cell = ""
+                if args.contract_floor:
+                    c = per_turn[CONTRACT_FLOOR]
+                    cell = f" {c / 1e3:.0f}k | {_ratio(i, b, c):.2f} |"
+                print(
+                    f"| {sampling} | {mode} | {k} | {b / 1e3:.0f}k | {f / 1e3:.0f}k | {i / 1e3:.0f}k | "
+                    f"{(f - b) / 1e3:.0f}k | {(i - b) / 1e3:.0f}k | **{ratio:.2f}** | {_verdict(ratio)} |{cell}",
+                    flush=True,
+                )
+    _contract_note(args)
 
 
 def _parent(args: argparse.Namespace) -> None:
     started = time.perf_counter()
-    receiver = _counting_receiver().start()
-    endpoint = receiver.http_traces_url
-    ks = [int(k) for k in args.ks.split(",")]
-    results: dict[str, dict[int, list[float]]] = {v: {k: [] for k in ks} for v in VARIANTS}
-    floors: dict[int, list[float]] = {k: [] for k in ks}
-    attr_floors: dict[int, list[float]] = {k: [] for k in ks}
-    unsampled_floors: dict[int, list[float]] = {k: [] for k in ks}
-    spans: dict[str, dict[int, float]] = {}
-    common = ["--ks", args.ks, "--turns", str(args.turns), "--batches", str(args.batches)]
-    print(f"machine: nproc={os.cpu_count()}, cpu={_cpu_model()}, python={sys.version.split()[0]}")
-    print(
-        f"rounds={args.rounds} batches/worker={args.batches} turns/batch(K=1)={args.turns}; receiver: {RECEIVER_KIND}"
-    )
-    try:
-        for r in range(args.rounds):
-            order = VARIANTS[r % len(VARIANTS) :] + VARIANTS[: r % len(VARIANTS)]
-            for variant in order:
-                res = _run_worker(["--worker", variant, "--otlp-endpoint", endpoint, *common])
-                for k in ks:
-                    results[variant][k].append(res["us"][str(k)])
-                    if str(k) in res["floor_us"]:
-                        target = unsampled_floors if variant == "unsampled" else floors
-                        target[k].append(res["floor_us"][str(k)])
-                    if str(k) in res["attr_floor_us"]:
-                        attr_floors[k].append(res["attr_floor_us"][str(k)])
-                if res["spans_per_turn"]:
-                    spans[variant] = {int(k): v for k, v in res["spans_per_turn"].items()}
-            print(f"  round {r + 1}/{args.rounds} done ({time.perf_counter() - started:.0f} s)", flush=True)
-        throughput: dict[str, list[float]] = {"bare": [], "instr": []}
-        for r in range(args.throughput_rounds):
-            for variant in ("bare", "instr") if r % 2 == 0 else ("instr", "bare"):
-                res = _run_worker(
-                    [
-                        "--throughput-worker",
-                        "--worker",
-                        variant,
-                        "--sessions",
-                        str(args.sessions),
-                        "--duration",
-                        str(args.duration),
-                        "--throughput-k",
-                        str(args.throughput_k),
-                    ]
-                )
-                throughput[variant].append(res["turns_per_s"])
-    finally:
-        receiver.stop()
+    import opentelemetry.sdk.version
 
-    med = {v: {k: statistics.median(results[v][k]) for k in ks} for v in VARIANTS}
-    floor = {k: statistics.median(floors[k]) for k in ks}
-    attr_floor = {k: statistics.median(attr_floors[k]) for k in ks}
-    unsampled_floor = {k: statistics.median(unsampled_floors[k]) for k in ks}
-    print()
-    print("Per-turn time, µs: median over rounds (p25–p75 of the per-round medians)")
-    header = "| variant | " + " | ".join(f"K={k} median | K={k} p25–p75" for k in ks) + " |"
-    print(header)
-    print("|" + "---|" * (1 + 2 * len(ks)))
-    for v in VARIANTS:
-        cells = " | ".join(f"{med[v][k]:.0f} | {_spread(results[v][k])}" for k in ks)
-        print(f"| {v} | {cells} |")
-    cells = " | ".join(f"{floor[k]:.0f} | {_spread(floors[k])}" for k in ks)
-    print(f"| floor (6) | {cells} |")
-    cells = " | ".join(f"{attr_floor[k]:.0f} | {_spread(attr_floors[k])}" for k in ks)
-    print(f"| floor with the contract's attributes (info) | {cells} |")
-    cells = " | ".join(f"{unsampled_floor[k]:.0f} | {_spread(unsampled_floors[k])}" for k in ks)
-    print(f"| unsampled floor: unsampled spans + inject/extract (info) | {cells} |")
-    print()
-    print("Ratios (medians):")
-    for k in ks:
-        bare, instr, unsampled, otlp = med["bare"][k], med["instr"][k], med["unsampled"][k], med["otlp"][k]
-        over = (instr - bare) / floor[k]
-        uns = (unsampled - bare) / bare
-        print(
-            f"  K={k:<3} (instr-bare)/floor = {over:.2f} [target <= 1.25: {'met' if over <= 1.25 else 'MISSED'}]"
-            f"   (unsampled-bare)/bare = {uns * 100:+.1f}% [target <= 5%: {'met' if uns <= 0.05 else 'MISSED'}]"
-            f"   otlp/instr = {otlp / instr:.2f}   sdk/bare = {med['sdk'][k] / bare:.2f}"
-            f"   instr-bare = {instr - bare:.0f} µs, floor = {floor[k]:.0f} µs"
-        )
-        print(
-            f"         info: (instr-bare)/floor-with-attributes = {(instr - bare) / attr_floor[k]:.2f}"
-            f"   unsampled floor/bare = {unsampled_floor[k] / bare * 100:.1f}%"
-            f"   (unsampled-bare)/unsampled floor = {(unsampled - bare) / unsampled_floor[k]:.2f}"
-        )
-    print()
-    kk = max(ks)
-    print(f"notification_spans modes at K={kk} (spans per turn, overhead vs bare):")
-    for v in ("instr", "instr-none", "instr-events"):
-        n = spans.get(v, {}).get(kk, float("nan"))
-        print(
-            f"  {MODES[v]:<7} spans/turn = {n:5.1f}   overhead = {med[v][kk] - med['bare'][kk]:7.0f} µs"
-            f" ({(med[v][kk] / med['bare'][kk] - 1) * 100:+.1f}%)"
-        )
-    print(f"  spans/turn by variant: {json.dumps({v: spans[v] for v in spans})}")
-    if throughput["bare"]:
-        tb, ti = statistics.median(throughput["bare"]), statistics.median(throughput["instr"])
-        print()
-        print(
-            f"{args.sessions} concurrent sessions (one connection pair each), K={args.throughput_k}: "
-            f"bare {tb:.0f} turns/s ({_spread(throughput['bare'])}), "
-            f"instrumented {ti:.0f} turns/s ({_spread(throughput['instr'])}); instrumented/bare = {ti / tb:.2f}"
-        )
-    print(f"OTLP receiver counted {receiver.received} spans")
-    print(f"wall time: {time.perf_counter() - started:.0f} s")
+    import acp_otel
+
+    try:
+        from importlib.metadata import version
+
+        sdk = version("agent-client-protocol")
+    except Exception:
+        sdk = "?"
+    modes = list(dict.fromkeys(default_mode() if m == "default" else m for m in args.modes.split(",")))
+    samplings = args.sampling.split(",")
+    print(
+        f"machine: nproc={os.cpu_count()}, cpu={_cpu_model()}, python={sys.version.split()[0]}, "
+        f"acp SDK {sdk}, opentelemetry-sdk {opentelemetry.sdk.version.__version__}, acp-otel {acp_otel.__version__}; "
+        f"default notification_spans={default_mode()}"
+    )
+    _wall(args, modes, samplings)
+    if args.no_valgrind:
+        print("\nvalgrind: skipped (--no-valgrind)")
+    elif shutil.which("valgrind") is None:
+        print("\nvalgrind: not installed, instruction counts skipped (apt-get install valgrind)")
+    else:
+        if args.smoke:  # one configuration (K=1, default mode, sampled): each valgrind run takes ~15 s
+            args.ks = args.ks.split(",")[0]
+            _valgrind(args, modes[:1], samplings[:1])
+        else:
+            _valgrind(args, modes, samplings)
+    print(f"\nwall time: {time.perf_counter() - started:.0f} s")
 
 
 def _cpu_model() -> str:
@@ -395,34 +539,34 @@ def _cpu_model() -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--smoke", action="store_true", help="short run for CI (< 60 s)")
-    parser.add_argument("--rounds", type=int, default=None)
-    parser.add_argument("--batches", type=int, default=None)
-    parser.add_argument("--turns", type=int, default=None, help="turns per timed batch at K=1")
-    parser.add_argument("--ks", default="1,20")
-    parser.add_argument("--sessions", type=int, default=50)
-    parser.add_argument("--duration", type=float, default=None, help="seconds per throughput measurement")
-    parser.add_argument("--throughput-rounds", type=int, default=None)
-    parser.add_argument("--throughput-k", type=int, default=5)
-    parser.add_argument("--worker", help=argparse.SUPPRESS)
-    parser.add_argument("--throughput-worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--otlp-endpoint", help=argparse.SUPPRESS)
+    parser.add_argument("--smoke", action="store_true", help="short run for CI")
+    parser.add_argument("--rounds", type=int, default=None, help="micro-rounds per variant and K")
+    parser.add_argument("--turns", type=int, default=None, help="turns per micro-round at K=1 (fewer at larger K)")
+    parser.add_argument("--ks", default="1,20", help="session/updates per turn, comma-separated")
+    parser.add_argument("--modes", default="default,all", help="notification_spans values ('default' = the default)")
+    parser.add_argument("--sampling", default="sampled,unsampled", help="sampled and/or unsampled")
+    parser.add_argument("--no-valgrind", action="store_true", help="skip the instruction counts")
+    parser.add_argument("--jobs", type=int, default=2, help="valgrind runs at a time")
+    parser.add_argument("--icount-turns", type=lambda s: tuple(int(x) for x in s.split(",")), default=None)
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--contract-floor",
+        action="store_true",
+        help="also time the floor with the instrumented spans' own attributes (informational)",
+    )
+    parser.add_argument("--icount", choices=(*VARIANTS, CONTRACT_FLOOR), help=argparse.SUPPRESS)
+    parser.add_argument("--mode", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    # (smoke, full) defaults for the options left unset; an explicit value, even 0, is kept.
-    for name, smoke_default, full_default in (
-        ("rounds", 2, 9),
-        ("batches", 2, 5),
-        ("turns", 60, 200),
-        ("duration", 1.0, 3.0),
-        ("throughput_rounds", 1, 5),
-    ):
+    defaults = (("rounds", 40, 200), ("turns", 12, 20), ("icount_turns", (10, 30), (20, 80)))
+    for name, smoke_default, full_default in defaults:
         if getattr(args, name) is None:
             setattr(args, name, smoke_default if args.smoke else full_default)
     if args.worker:
-        result = asyncio.run(_throughput_worker(args) if args.throughput_worker else _worker(args))
-        print(json.dumps(result))
-        return
-    _parent(args)
+        print(json.dumps(asyncio.run(_micro_rounds(args))))
+    elif args.icount:
+        asyncio.run(_icount_run(args))
+    else:
+        _parent(args)
 
 
 if __name__ == "__main__":
