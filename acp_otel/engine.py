@@ -11,6 +11,7 @@ application carries on as if it were not instrumented.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import logging
@@ -189,6 +190,13 @@ class Engine:
         if type(cache) is dict:
             cache[self._peer_attr] = state
         return state
+
+    def shutdown(self) -> None:
+        """Forget every connection, removing what ``peer_state`` cached on it (called by ``uninstrument()``)."""
+        for peer in list(self._peers.keys()):
+            with contextlib.suppress(Exception):
+                peer.__dict__.pop(self._peer_attr, None)
+        self._peers.clear()
 
     def open_prompt_count(self) -> int:
         """How many prompt spans are registered for session/update events (for leak checks)."""

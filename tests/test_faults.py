@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import statistics
 import sys
 import time
@@ -20,11 +19,10 @@ from log_capture import capture_logs
 from opentelemetry import propagate
 from opentelemetry.propagators.textmap import TextMapPropagator
 from opentelemetry.sdk.trace import SpanProcessor
+from paths import PEERS
 from spans import SpanCounter, find, one, wait_spans_closed, wait_started
 
 from acp_otel.demo.receiver import OtlpReceiver
-
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 async def _full_turn(pair: Any) -> dict[str, Any]:
@@ -87,7 +85,7 @@ async def test_client_process_killed_with_agent_request_pending(
     port = server.sockets[0].getsockname()[1]
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
-        os.path.join(HERE, "fault_peers.py"),
+        str(PEERS / "fault_client.py"),
         "client",
         str(port),
         stdout=asyncio.subprocess.DEVNULL,
