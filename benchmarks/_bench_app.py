@@ -1,6 +1,6 @@
 """A minimal ACP agent/client pair on the real SDK, connected by a loopback TCP stream (real NDJSON).
 
-Shared by the benchmarks; the connection pair itself is the tests' ``Pair`` (tests/acp_app.py). The prompt
+Shared by the benchmarks; the connection pair itself is the tests' ``Pair`` (tests/support/acp_app.py). The prompt
 text says what the agent does: ``k=<n>`` streams ``n`` ``session/update`` notifications before answering;
 ``error`` answers with a JSON-RPC error; ``raise`` makes the handler raise; ``slow`` waits until cancelled.
 """
@@ -14,8 +14,8 @@ from typing import Any
 
 from acp.exceptions import RequestError
 
-# The tests' client/agent pair and helpers (tests/acp_app.py); plain dicts work on every supported SDK.
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+# The tests' client/agent pair and helpers (tests/support/acp_app.py); plain dicts work on every supported SDK.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "support"))
 
 from acp_app import PROTOCOL_VERSION, Pair, _chunk, _text_of
 

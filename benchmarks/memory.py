@@ -36,7 +36,7 @@ sys.path.insert(0, HERE)
 
 from _bench_app import BenchAgent, BenchPair, _text_of, text_block  # noqa: E402
 
-from acp_otel import AcpInstrumentor, sdk_adapter  # noqa: E402
+from acp_otel import AcpInstrumentor  # noqa: E402
 
 LIMIT_MB = 5.0
 
@@ -128,7 +128,7 @@ async def run(total: int, warmup: int, sessions: int) -> int:
     provider.add_span_processor(BatchSpanProcessor(DiscardExporter()))
     instrumentor = AcpInstrumentor()
     instrumentor.instrument(tracer_provider=provider)
-    engine = sdk_adapter.current_engine()
+    engine = instrumentor._state.engine  # the instrumentor's state, to count what the engine still holds
     assert engine is not None
     agent = CancellableAgent()
     pair = BenchPair(agent)

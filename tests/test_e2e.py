@@ -86,7 +86,7 @@ def sdk_examples() -> Path:
 
     The SDK ships its examples only in the sdist (DESIGN.md §3); fetching it keeps their code out of this
     repository and tests exactly the release that is installed. The sdist is cached where
-    ``scripts/sdk_suite.py`` caches it (``tests/sdk_sdist.py``), so CI, which runs that first, has it.
+    ``scripts/sdk_suite.py`` caches it (``tests/support/sdk_sdist.py``), so CI, which runs that first, has it.
     """
     from importlib.metadata import version
 

@@ -11,8 +11,9 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 from spans import find, one, parent_of, span_id, trace_id, wait_until
 
+from acp_otel.semconv import RESERVED_META_KEYS
+
 C, S, P, N = SpanKind.CLIENT, SpanKind.SERVER, SpanKind.PRODUCER, SpanKind.CONSUMER
-TRACE_KEYS = {"traceparent", "tracestate", "baggage"}
 
 
 class RecordingClient(TraceClient):
@@ -86,7 +87,7 @@ async def test_none_has_no_notification_spans_but_keeps_context(instrument: Any,
     assert len(p.client.ext_notes) == 1
     method, params = p.client.ext_notes[0]
     assert method == "test.dev/note"
-    assert not TRACE_KEYS & set((params.get("_meta") or {}).keys())
+    assert not set(RESERVED_META_KEYS) & set((params.get("_meta") or {}).keys())
     assert not any(s.events for s in spans)
 
 
