@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sdk_versions import EXAMPLES_IMPORT
 
 from acp_otel import cli
 from acp_otel.demo import runner
@@ -62,6 +63,7 @@ def test_export_problems_tells_lost_batches_from_retries() -> None:
     assert runner.export_problems("[agent] INFO fine\n") == ([], [])
 
 
+@EXAMPLES_IMPORT
 @pytest.mark.e2e
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from sdk_sdist import DOWNLOAD_TIMEOUT, fetch_sdist
+from sdk_versions import EXAMPLES_IMPORT
 from spans import find, one
 
 from acp_otel.demo.otlp_json import read_otlp_json
@@ -141,6 +142,7 @@ async def drive_turn(conn: Any, module: ModuleType) -> Any:
 # ------------------------------------------------------------------ one turn, two processes, one trace
 
 
+@EXAMPLES_IMPORT
 @pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
 def test_turn_is_one_trace_across_processes(receiver: OtlpReceiver, protocol: str) -> None:
     done = run_instrumented([str(EXAMPLES / "client.py")], otel_env(receiver, protocol))
@@ -188,6 +190,7 @@ def test_turn_is_one_trace_across_processes(receiver: OtlpReceiver, protocol: st
     assert "process.command_args" not in spawn.attributes
 
 
+@EXAMPLES_IMPORT
 def test_propagate_env_false_agent_exports_nothing(receiver: OtlpReceiver) -> None:
     env = otel_env(receiver, OTEL_PYTHON_ACP_PROPAGATE_ENV="false")
     done = run_instrumented([str(EXAMPLES / "client.py")], env)
@@ -244,6 +247,7 @@ async def test_spawned_agent_environment(instrument: Any, exporter: Any, monkeyp
     assert not [k for k in env if k.startswith("OTEL_") or k in ("TRACEPARENT", "PYTHONPATH")]
 
 
+@EXAMPLES_IMPORT
 async def test_explicit_service_name_wins(
     instrument: Any,
     exporter: Any,
@@ -299,6 +303,7 @@ async def _spawn_plain(command: list[str], env: dict[str, str]) -> asyncio.subpr
     )
 
 
+@EXAMPLES_IMPORT
 async def test_sigterm_right_after_the_turn_loses_no_spans(receiver: OtlpReceiver, example_client: ModuleType) -> None:
     """What the SDK's example client does: a turn, then proc.terminate(). Only the SIGTERM flush can deliver
     the agent's spans (the batch processor would wait 60 s); the exit status stays that of SIGTERM.
@@ -339,6 +344,7 @@ async def test_sigterm_right_after_the_turn_loses_no_spans(receiver: OtlpReceive
     assert receiver.export_counts["grpc"] > 0
 
 
+@EXAMPLES_IMPORT
 async def test_end_of_input_flushes_before_exit(
     receiver: OtlpReceiver, example_client: ModuleType, tmp_path: Path
 ) -> None:
@@ -405,6 +411,21 @@ def test_sdk_example_client_terminates_its_agent(receiver: OtlpReceiver, sdk_exa
 # ------------------------------------------------------------------ the demo command
 
 
+@pytest.fixture
+def demo_finds_examples(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Skip unless the installed package finds the examples from outside the repository (as the demo does when
+    run from anywhere): a non-editable install that does not ship them cannot run the demo."""
+    from acp_otel.demo import runner
+
+    monkeypatch.chdir(tmp_path)
+    try:
+        runner.find_examples()
+    except runner.DemoError as exc:
+        pytest.skip(f"this install of acp_otel has no examples for the demo: {exc}")
+
+
+@EXAMPLES_IMPORT
+@pytest.mark.usefixtures("demo_finds_examples")
 def test_demo_with_embedded_receiver(tmp_path: Path) -> None:
     output = tmp_path / "trace.json"
     done = subprocess.run(
@@ -432,6 +453,8 @@ def test_demo_with_embedded_receiver(tmp_path: Path) -> None:
     assert json.loads(line)["resourceSpans"]
 
 
+@EXAMPLES_IMPORT
+@pytest.mark.usefixtures("demo_finds_examples")
 def test_demo_with_endpoint_prints_the_trace_id(receiver: OtlpReceiver, tmp_path: Path) -> None:
     env = clean_env()
     env["OTEL_EXPORTER_OTLP_ENDPOINT"] = receiver.http_endpoint

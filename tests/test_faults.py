@@ -20,6 +20,7 @@ from opentelemetry import propagate
 from opentelemetry.propagators.textmap import TextMapPropagator
 from opentelemetry.sdk.trace import SpanProcessor
 from paths import PEERS
+from sdk_versions import PENDING_REJECTED_AT_EOF
 from spans import SpanCounter, find, one, wait_spans_closed, wait_started
 
 from acp_otel.demo.receiver import OtlpReceiver
@@ -51,6 +52,7 @@ async def _full_turn(pair: Any) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------ dead peers
 
 
+@PENDING_REJECTED_AT_EOF
 async def test_agent_process_killed_with_request_pending(
     instrument: Any, exporter: Any, counter: SpanCounter, pair: Any
 ) -> None:
@@ -69,6 +71,7 @@ async def test_agent_process_killed_with_request_pending(
     assert (await asyncio.wait_for(_full_turn(pair), 20))["stop"] == "end_turn"
 
 
+@PENDING_REJECTED_AT_EOF
 async def test_client_process_killed_with_agent_request_pending(
     instrument: Any, exporter: Any, counter: SpanCounter, pair: Any
 ) -> None:
@@ -116,7 +119,7 @@ async def test_client_process_killed_with_agent_request_pending(
 # ------------------------------------------------------------------------------------------ close / cancel
 
 
-@pytest.mark.parametrize("who", ["agent", "client"])
+@pytest.mark.parametrize("who", [pytest.param("agent", marks=PENDING_REJECTED_AT_EOF), "client"])
 async def test_close_with_requests_and_handlers_in_flight(
     who: str, instrument: Any, pair: Any, exporter: Any, counter: SpanCounter
 ) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from acp_app import FILE_BODY, SECRET, SECRET_PATH, TraceAgent, TraceClient, open_session, prompt
 from paths import PEERS
+from sdk_versions import EXAMPLES_IMPORT
 from spans import span_strings
 
 PROMPT_WORDS = "PROMPT-WORDS-PRIVATE"
@@ -151,6 +152,7 @@ EXAMPLE_CONTENT = (
 )
 
 
+@EXAMPLES_IMPORT
 def test_examples_default_records_no_content(tmp_path: Path) -> None:
     spans, stdout = _run_examples(tmp_path, capture=None)
     assert "[stop] end_turn" in stdout
@@ -161,6 +163,7 @@ def test_examples_default_records_no_content(tmp_path: Path) -> None:
     assert not leaks, leaks
 
 
+@EXAMPLES_IMPORT
 def test_examples_capture_content_truncated(tmp_path: Path) -> None:
     limit = 48
     spans, _ = _run_examples(tmp_path, capture=limit)
