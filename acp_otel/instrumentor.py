@@ -48,7 +48,7 @@ PATCH_TABLE: tuple[Patch, ...] = (
         "acp.connection", _CONNECTION, "_run_request", sdk_adapter.run_request_wrapper, unless="_execute_request"
     ),  # up to 0.12.0
     Patch("acp.connection", _CONNECTION, "_run_notification", sdk_adapter.run_notification_wrapper),
-    Patch("acp.connection", "acp.connection", "span_context", sdk_adapter.sdk_span_context_wrapper),  # 0.11+
+    Patch("acp.connection", "acp.connection", "span_context", sdk_adapter.sdk_span_context_wrapper),
     # Flush at end of input; installs the SIGTERM handler (shutdown).
     Patch("acp.connection", _CONNECTION, "_receive_loop", shutdown.receive_loop_wrapper, option="flush_on_exit"),
     # Spawned agents: an acp.spawn span and the OpenTelemetry environment (spawn).
@@ -94,7 +94,7 @@ class InstrumentationState:
         self.sigterm_restore: Callable[[Callable[[], None]], object] | None = None
 
 
-class AcpInstrumentor(BaseInstrumentor):  # type: ignore[misc]  # BaseInstrumentor is untyped
+class AcpInstrumentor(BaseInstrumentor):
     """Traces the ACP Python SDK (``agent-client-protocol``) with OpenTelemetry.
 
     ``AcpInstrumentor().instrument(tracer_provider=None, **options)`` starts tracing every

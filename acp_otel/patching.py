@@ -81,8 +81,3 @@ class Patches:
 
     def __len__(self) -> int:
         return len(self._saved)
-
-
-def is_acp_wrapper(obj: Any) -> bool:
-    """Whether ``obj`` (a function as found on a class or module) is a wrapper this package applied."""
-    return isinstance(obj, _AcpWrapper)

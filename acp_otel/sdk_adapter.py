@@ -194,7 +194,7 @@ def init_wrapper(state: InstrumentationState) -> Wrapper:
 
 
 def sdk_span_context_wrapper(state: InstrumentationState) -> Wrapper:
-    """``acp.connection.span_context`` (0.11+): the SDK's own unpropagated spans, off unless kept."""
+    """``acp.connection.span_context``: the SDK's own unpropagated spans, off unless kept."""
 
     def span_context(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         settings = state.settings

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from sdk_sdist import DOWNLOAD_TIMEOUT, fetch_sdist
-from sdk_versions import EXAMPLES_IMPORT
+from sdk_versions import EXAMPLES_IMPORT, PROMPT_SPAN_ENDS_BEFORE_RESPONSE
 from spans import find, one
 
 from acp_otel.demo.otlp_json import read_otlp_json
@@ -304,6 +304,7 @@ async def _spawn_plain(command: list[str], env: dict[str, str]) -> asyncio.subpr
 
 
 @EXAMPLES_IMPORT
+@PROMPT_SPAN_ENDS_BEFORE_RESPONSE
 async def test_sigterm_right_after_the_turn_loses_no_spans(receiver: OtlpReceiver, example_client: ModuleType) -> None:
     """What the SDK's example client does: a turn, then proc.terminate(). Only the SIGTERM flush can deliver
     the agent's spans (the batch processor would wait 60 s); the exit status stays that of SIGTERM.

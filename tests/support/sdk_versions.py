@@ -41,3 +41,8 @@ EXAMPLES_TRANSCRIPT = requires_sdk(
     reason="before 0.12.1 the SDK may run the turn's last session/update handler after the prompt's response "
     "(0.9.0 and 0.11.1 do), so the example client's transcript is not in the order these tests check",
 )
+PROMPT_SPAN_ENDS_BEFORE_RESPONSE = requires_sdk(
+    ">=0.12.1",
+    reason="up to 0.12.0 an agent's SERVER span ends only after _run_request has written the response, so a "
+    "SIGTERM right after the client reads it can come before the span ends (then no flush can export it)",
+)
