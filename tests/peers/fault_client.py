@@ -11,10 +11,11 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 # Run as a script: find the support modules.
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "support"))
 
 
 class DyingClient:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 SUPPORT = Path(__file__).resolve().parent
@@ -17,4 +16,4 @@ TRACE_AGENT = PEERS / "trace_agent.py"
 
 def peer_env(env: dict[str, str] | None = None) -> dict[str, str]:
     """``env`` plus the ``PYTHONPATH`` a peer process needs to import the support modules."""
-    return {"PYTHONPATH": os.pathsep.join([str(SUPPORT)]), **(env or {})}
+    return {"PYTHONPATH": str(SUPPORT), **(env or {})}
