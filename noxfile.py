@@ -2,6 +2,7 @@
 
     nox -s matrix      # the whole test suite, every (Python, SDK) pair below
     nox -s sdk_suite   # the SDK's own test suite, plain and traced, per SDK release
+    nox -s prerelease_zero_code  # opentelemetry-instrument traces the NEXT pre-release under packaging 25
     nox                # both (what scripts/matrix.sh runs)
 
 One pair: ``nox -s "matrix(python='3.12', sdk='1.0.0rc3')"``; list them with ``nox -l``.
@@ -18,7 +19,7 @@ import subprocess
 import nox
 
 nox.options.default_venv_backend = "venv"
-nox.options.sessions = ["matrix", "sdk_suite"]
+nox.options.sessions = ["matrix", "sdk_suite", "prerelease_zero_code"]
 nox.options.error_on_missing_interpreters = True
 
 PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
@@ -97,3 +98,22 @@ def sdk_suite(session: nox.Session, sdk: str) -> None:
     """The SDK's own tests from its sdist, run plain and with tracing on (see scripts/sdk_suite.py)."""
     _install(session, sdk)
     session.run("python", "scripts/sdk_suite.py", sdk)  # its summary: summary-SDK.json in the sdist cache
+
+
+@nox.session(python=SDK_SUITE_PYTHON)
+def prerelease_zero_code(session: nox.Session) -> None:
+    """``opentelemetry-instrument`` wraps the SDK on the NEXT pre-release with ``packaging`` 25.
+
+    The launcher checks the ``instruments`` extra with packaging's default pre-release rules, which before
+    packaging 26 let a pre-release match only a range that names one (see acp_otel/package.py).
+    """
+    _install(session, NEXT, "[test]")
+    session.install("packaging==25.0")
+    session.run(
+        "python",
+        "-c",
+        "import packaging, sys; v = packaging.__version__; sys.exit(0 if v == '25.0' else f'packaging {v}')",
+        silent=True,
+    )
+    # The whole file: the opentelemetry-instrument entry point, and instrument() called in code.
+    session.run("pytest", "-q", "-p", "no:cacheprovider", "tests/test_instrumentor.py")

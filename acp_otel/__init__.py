@@ -6,7 +6,18 @@
     AcpInstrumentor().instrument()
 """
 
-from .instrumentor import AcpInstrumentor
+from typing import Any
+
 from .version import __version__
 
 __all__ = ["AcpInstrumentor", "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    # Imported on first use: the instrumentor pulls in opentelemetry-instrumentation (~150 ms), which
+    # `acp-otel proxy`, started by editors on every agent start, does not need.
+    if name == "AcpInstrumentor":
+        from .instrumentor import AcpInstrumentor
+
+        return AcpInstrumentor
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

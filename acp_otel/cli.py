@@ -1,7 +1,8 @@
 """The ``acp-otel`` command line.
 
 ``acp-otel demo`` runs the example client and agent, traced, and shows the joined trace
-(see :mod:`acp_otel.demo.runner`).
+(see :mod:`acp_otel.demo.runner`); ``acp-otel proxy -- CMD`` relays and traces any agent
+(see :mod:`acp_otel.proxy`).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import argparse
 import sys
 
 from .demo import runner
+from .proxy import options as proxy_options
 from .version import __version__
 
 
@@ -26,7 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
         "demo",
         help="run the example client and agent, traced, and show the trace",
         description=(
-            "Run examples/client.py (which spawns examples/agent.py) under opentelemetry-instrument and show "
+            "Run the example client (which spawns the example agent; both ship in acp_otel.demo.examples) under "
+            "opentelemetry-instrument and show "
             "the joined trace of both processes. Without OTEL_EXPORTER_OTLP_ENDPOINT the spans go to an "
             "embedded OTLP receiver on loopback and the trace is printed and written to a file; with it they "
             "go to that endpoint and the trace id is printed."
@@ -34,7 +37,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     runner.add_arguments(demo)
     demo.set_defaults(handler=_demo)
+
+    proxy = commands.add_parser(
+        "proxy",
+        help="relay and trace an ACP agent's stdio: acp-otel proxy [options] -- CMD [ARGS...]",
+        description=proxy_options.DESCRIPTION,
+    )
+    proxy_options.add_arguments(proxy)
+    proxy.set_defaults(handler=_proxy)
     return parser
+
+
+def _proxy(args: argparse.Namespace) -> int:
+    from .proxy.process import run
+
+    return run(proxy_options.options_from_args(args))
 
 
 def _demo(args: argparse.Namespace) -> int:

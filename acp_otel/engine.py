@@ -3,7 +3,8 @@
 It works on plain JSON-RPC values (method names, params dicts, message dicts, error objects) and
 knows nothing of the SDK's classes or of wrapt, so that the SDK adapter and a future stdio proxy are
 both thin callers of it. ``peer`` is any weak-referenceable object that identifies one connection;
-facts learned from ``initialize`` are kept per peer and set on that connection's later spans.
+facts learned from ``initialize`` are kept per peer and set on that connection's later spans. The agent
+level (turns, tool calls, chunk counts, metrics: ``turns.py``, ``metrics.py``) runs on the same messages.
 
 Every public method is safe to call: a failure inside tracing is logged at debug level and the
 application carries on as if it were not instrumented.
@@ -11,10 +12,8 @@ application carries on as if it were not instrumented.
 
 from __future__ import annotations
 
-import contextlib
-import itertools
-import json
 import logging
+import time
 import weakref
 from collections.abc import Mapping
 from typing import Any
@@ -27,23 +26,9 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from . import propagation
 from . import semconv as sc
+from .metrics import Instruments
 from .settings import Settings
-
-try:  # the keys is_instrumentation_enabled() reads, to check them in a context we already hold
-    from opentelemetry.instrumentation.utils import (
-        _SUPPRESS_INSTRUMENTATION_KEY,
-        _SUPPRESS_INSTRUMENTATION_KEY_PLAIN,
-    )
-except ImportError:  # pragma: no cover - other opentelemetry-instrumentation versions
-
-    def _instrumentation_enabled(ctx: Context) -> bool:
-        return is_instrumentation_enabled()
-
-else:
-
-    def _instrumentation_enabled(ctx: Context) -> bool:
-        return not (ctx.get(_SUPPRESS_INSTRUMENTATION_KEY) or ctx.get(_SUPPRESS_INSTRUMENTATION_KEY_PLAIN))
-
+from .turns import Turn, TurnLayer, agent_attributes, truncate
 
 _log = logging.getLogger("acp_otel")
 
@@ -51,26 +36,24 @@ _log = logging.getLogger("acp_otel")
 # (which the SDK turns into a -32603 response) can be named on the right span.
 _CALL_KEY = otel_context.create_key("acp_otel.incoming_call")
 
-# The key trace.set_span_in_context() stores the span under (found through the public API), so that a
-# context holding our span and other values is built as one Context instead of a chain of copies.
-_SPAN_KEY = next(iter(trace.set_span_in_context(trace.INVALID_SPAN, Context())))
-
 _SESSION_RESULT_METHODS = ("session/new", "session/load", "session/fork", "session/resume")
 
 # Bounded like MethodMatcher's cache: a hostile peer can invent endless method names.
 _METHOD_CACHE_SIZE = 1024
 
-_engine_ids = itertools.count()
+# How a call ended (one place annotates and ends spans: Engine._finish).
+_RESULT, _RPC_ERROR, _EXCEPTION, _CANCELLED = range(4)
 
 
 class PeerState:
-    """What one connection has told us: initialize facts, in-flight prompt spans per session."""
+    """What one connection has told us: initialize facts, the turn in flight per session."""
 
-    __slots__ = ("__weakref__", "attributes", "prompts")
+    __slots__ = ("__weakref__", "attributes", "protocol_version", "turns")
 
     def __init__(self) -> None:
         self.attributes: dict[str, Any] = {}
-        self.prompts: dict[str, Call] = {}
+        self.turns: dict[str, Turn] = {}
+        self.protocol_version: int | None = None  # negotiated in initialize (2: ACP v2 turns)
 
 
 class Call:
@@ -78,14 +61,15 @@ class Call:
 
     __slots__ = (
         "context",
-        "dropped",
-        "events",
         "failure",
         "is_request",
         "method",
         "peer",
+        "server",
         "session_id",
         "span",
+        "started",
+        "turn",
     )
 
     def __init__(self, span: Span | None, method: str, peer: PeerState | None, is_request: bool) -> None:
@@ -96,32 +80,27 @@ class Call:
         self.session_id: str | None = None
         # The context an incoming handler runs in (extracted parent, our span, baggage).
         self.context: Context | None = None
-        self.events = 0
-        self.dropped = 0
         # error.type of an exception the handler raised (set by note_handler_exception).
         self.failure: str | None = None
+        self.turn: Turn | None = None  # the turn this session/prompt started
+        self.server = False  # handled here (SERVER / CONSUMER), for the request-duration metric
+        self.started: float | None = None  # monotonic start, when metrics are recorded
 
 
 class _MethodInfo:
     """What depends on a method name alone, worked out once per name."""
 
-    __slots__ = ("attributes", "inject", "is_update", "span_name", "traced")
+    __slots__ = ("attributes", "inject", "is_update", "metric_name", "traced")
 
-    def __init__(self, span_name: str, attributes: dict[str, Any], traced: bool, inject: bool, is_update: bool) -> None:
-        self.span_name = span_name
+    def __init__(
+        self, attributes: dict[str, Any], traced: bool, inject: bool, is_update: bool, metric_name: str
+    ) -> None:
         # The start attributes that depend on the name alone (copied per span, never handed out).
         self.attributes = attributes
         self.traced = traced  # not excluded by settings
         self.inject = inject  # context may be injected into outgoing messages of this method
         self.is_update = is_update
-
-
-def _truncate(value: Any, limit: int) -> str:
-    try:
-        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
-    except Exception:
-        text = repr(value)
-    return text if len(text) <= limit else text[:limit]
+        self.metric_name = metric_name  # acp.method.name in metrics: bounded (_OTHER)
 
 
 def _str_or_none(value: Any) -> str | None:
@@ -151,87 +130,162 @@ def _meta_keys(obj: Any) -> list[str]:
     return []
 
 
-class Engine:
-    """Starts and ends spans for ACP messages and moves trace context through ``params._meta``."""
+def _has_span(ctx: Context) -> bool:
+    return trace.get_current_span(ctx).get_span_context().is_valid
 
-    def __init__(self, tracer: trace.Tracer, settings: Settings) -> None:
+
+def _turn_of(peer: PeerState | None, params: Any) -> Turn | None:
+    """The turn in flight for the session ``params`` names on this connection."""
+    if peer is None or not peer.turns or type(params) is not dict:
+        return None
+    session_id = params.get("sessionId")
+    return peer.turns.get(session_id) if type(session_id) is str else None
+
+
+def _permission_tool(params: Any) -> Any:
+    """The tool call id a session/request_permission names (v1 ``toolCall``; v2 ``subject.toolCall``)."""
+    if type(params) is not dict:
+        return None
+    tool_call = params.get("toolCall")
+    if tool_call is None:
+        subject = params.get("subject")
+        tool_call = subject.get("toolCall") if type(subject) is dict else None
+    return tool_call.get("toolCallId") if type(tool_call) is dict else None
+
+
+class Engine:
+    """Starts and ends spans for ACP messages, moves trace context through ``params._meta`` and runs the
+    agent layer (turns, tool calls, metrics) on the messages it is fed."""
+
+    def __init__(self, tracer: trace.Tracer, settings: Settings, instruments: Instruments | None = None) -> None:
         self._tracer = tracer
         self.settings = settings
+        self._instruments = instruments
+        # Per-connection state lives only here (nothing is left on the peer objects): a weak-key lookup
+        # costs about as much as an attribute lookup with a fallback, and uninstrument drops it all.
         self._peers: weakref.WeakKeyDictionary[Any, PeerState] = weakref.WeakKeyDictionary()
-        # A peer's state is also cached in its own __dict__ under a name unique to this engine, so the
-        # per-message lookup needs no weakref (the WeakKeyDictionary keeps the states for counting).
-        self._peer_attr = f"_acp_otel_peer_{next(_engine_ids)}"
         self._strip_keys = propagation.propagator_fields()
-        self._events_mode = settings.notification_spans == "events"
-        self._no_notification_spans = settings.notification_spans == "none"
-        # Per method name: span name, name-only start attributes, exclusion, injection.
+        mode = settings.notification_spans
+        self._all_mode = mode == "all"
+        self._events_mode = mode == "events"
+        self._no_notification_spans = mode == "none"
+        self._tool_spans = settings.tool_spans
+        self._turns = TurnLayer(tracer, settings, instruments)
+        # Per method name: name-only start attributes, exclusion, injection.
         self._methods: dict[str, _MethodInfo] = {}
+
+    @property
+    def propagation_keys(self) -> tuple[str, ...]:
+        """The ``_meta`` keys the configured propagator owns (the W3C three plus any it declares)."""
+        return self._strip_keys
 
     # ----------------------------------------------------------------- peers
 
     def peer_state(self, peer: Any) -> PeerState | None:
-        """The state kept for one connection (created on first use)."""
+        """The state kept for one connection (created on first use; ``None`` if ``peer`` cannot be
+        weakly referenced)."""
         if peer is None:
             return None
-        try:
-            cache = peer.__dict__
-        except AttributeError:
-            cache = None
-        if type(cache) is dict:
-            state = cache.get(self._peer_attr)
-            if state is not None:
-                return state
         try:
             state = self._peers.get(peer)
             if state is None:
                 state = self._peers[peer] = PeerState()
         except TypeError:  # not weak-referenceable: trace without per-connection facts
             return None
-        if type(cache) is dict:
-            cache[self._peer_attr] = state
         return state
 
+    def close_peer(self, peer: Any, *, keep_requests: bool = False) -> None:
+        """The connection is gone: end every turn and tool span still open for it.
+
+        Tool spans and ACP v2 turn spans end with ``acp.tool_call.ended_by`` / ``acp.turn.ended_by`` =
+        ``connection_closed`` (status unchanged: not an error). A v1 turn is its ``session/prompt`` span,
+        which ends as a closed connection (``ConnectionError``) unless ``keep_requests`` (the SDK adapter:
+        the SDK itself rejects or cancels those requests). Safe to call twice; never raises.
+        """
+        try:
+            state = self._peers.get(peer)
+        except TypeError:
+            return
+        if state is not None:
+            self._close_turns(state, sc.ENDED_BY_CONNECTION, keep_requests)
+
     def shutdown(self) -> None:
-        """Forget every connection, removing what ``peer_state`` cached on it (called by ``uninstrument()``)."""
-        for peer in list(self._peers.keys()):
-            with contextlib.suppress(Exception):
-                peer.__dict__.pop(self._peer_attr, None)
+        """Uninstrumenting: end the tool calls and v2 turns still open on every connection (marked
+        ``uninstrumented``) and forget every connection. A request in flight keeps its span, which its
+        adapter still ends when the request does (with its v1 turn)."""
+        for state in list(self._peers.values()):
+            self._close_turns(state, sc.ENDED_BY_SHUTDOWN, True)
         self._peers.clear()
 
-    def open_prompt_count(self) -> int:
-        """How many prompt spans are registered for session/update events (for leak checks)."""
-        return sum(len(p.prompts) for p in list(self._peers.values()))
+    def _close_turns(self, state: PeerState, ended_by: str, keep_requests: bool) -> None:
+        for session_id, turn in list(state.turns.items()):
+            try:
+                if turn.own_span:
+                    self._turns.end(turn, ended_by)
+                    state.turns.pop(session_id, None)
+                else:
+                    # v1: end the tools now; the request span (the turn) ends with its request.
+                    self._turns.end_tools(turn, ended_by)
+                    if not keep_requests:
+                        if turn.span.is_recording():
+                            turn.span.set_attribute(sc.ACP_TURN_ENDED_BY, ended_by)
+                        if isinstance(turn.request, Call):
+                            self.end_exception(turn.request, ConnectionError("Connection closed"))
+                        state.turns.pop(session_id, None)
+            except Exception:
+                _log.debug("acp_otel: failed to end a turn", exc_info=True)
 
     # -------------------------------------------------------------- outgoing
 
     def begin_outgoing(
-        self, peer: Any, method: Any, params: Any, request_id: Any = None, is_request: bool = True
+        self,
+        peer: Any,
+        method: Any,
+        params: Any,
+        request_id: Any = None,
+        is_request: bool = True,
+        *,
+        parent: Context | None = None,
+        sender_traced: bool | None = None,
     ) -> tuple[Call | None, Any]:
         """Start a CLIENT (request) or PRODUCER (notification) span and inject its context.
 
+        ``parent``: the parent context (default: the current one); ``sender_traced``: ``None`` when this
+        process is the sender, else whether a relayed message arrived with trace context (the proxy).
         Returns the call to end later (``None`` when nothing is traced) and the params to send.
         """
         call = None
         try:
-            if type(method) is not str:
-                return None, params
-            current = otel_context.get_current()
-            if not _instrumentation_enabled(current):
+            if type(method) is not str or not is_instrumentation_enabled():
                 return None, params
             info = self._methods.get(method) or self._method_info(method)
             peer_state = self.peer_state(peer)
-            if info.traced and (is_request or self._wants_notification_span(info, peer_state, params)):
+            if parent is None:
+                parent = otel_context.get_current()
+            turn = _turn_of(peer_state, params)
+            wants_span = is_request or not self._no_notification_spans
+            if turn is not None:
+                parent = self._parent_in_turn(turn, method, params, parent)
+                if info.is_update:
+                    make_tools = self._tool_spans == "always" or (
+                        self._tool_spans == "auto" and sender_traced is not True
+                    )
+                    tool_context = self._turns.on_update(turn, params, make_tools)
+                    if tool_context is not None:
+                        parent = tool_context
+                    wants_span = self._all_mode
+            if info.traced and wants_span:
                 kind = SpanKind.CLIENT if is_request else SpanKind.PRODUCER
-                call = self._start(info, method, params, request_id, peer_state, current, kind, is_request)
+                call = self._start(info, method, params, request_id, peer_state, parent, kind, is_request)
             if not info.inject:
                 return call, params
             if call is not None:
-                current = Context({**current, _SPAN_KEY: call.span})
-            return call, propagation.inject_into_params(params, propagation.carrier_for(current))
+                parent = trace.set_span_in_context(call.span, parent)  # type: ignore[arg-type]
+            return call, propagation.inject_into_params(params, propagation.carrier_for(parent))
         except Exception:
             _log.debug("acp_otel: failed to start outgoing span for %r", method, exc_info=True)
             if call is not None:  # started but not handed out: end it here, or it would stay open
-                self._end_quietly(call)
+                self._finish(call, _CANCELLED, None)
             return None, params
 
     # -------------------------------------------------------------- incoming
@@ -252,16 +306,26 @@ class Engine:
             params = stripped.get("params")
             peer_state = self.peer_state(peer)
             info = self._methods.get(method) or self._method_info(method)
-            if (
-                info.traced
-                and _instrumentation_enabled(otel_context.get_current())
-                and (is_request or self._wants_notification_span(info, peer_state, params))
-            ):
+            enabled = is_instrumentation_enabled()
+            wants_span = is_request or not self._no_notification_spans
+            turn = _turn_of(peer_state, params) if enabled else None
+            if turn is not None:
+                untraced = carrier is None or not _has_span(parent)
+                if untraced:  # an untraced sender: the message belongs to the turn (or the tool it names)
+                    parent = self._parent_in_turn(turn, method, params, parent)
+                if info.is_update:
+                    make_tools = self._tool_spans == "always" or (self._tool_spans == "auto" and untraced)
+                    tool_context = self._turns.on_update(turn, params, make_tools)
+                    if tool_context is not None and untraced:
+                        parent = tool_context
+                    wants_span = self._all_mode
+            if info.traced and enabled and wants_span:
                 kind = SpanKind.SERVER if is_request else SpanKind.CONSUMER
                 request_id = message.get("id") if is_request else None
                 call = self._start(info, method, params, request_id, peer_state, parent, kind, is_request)
                 # Baggage and the remote parent stay current for the handler, under our span.
-                call.context = Context({**parent, _SPAN_KEY: call.span, _CALL_KEY: call})
+                context = trace.set_span_in_context(call.span, parent)  # type: ignore[arg-type]
+                call.context = otel_context.set_value(_CALL_KEY, call, context)
             else:
                 call = Call(None, method, peer_state, is_request)
                 call.context = parent
@@ -269,6 +333,17 @@ class Engine:
         except Exception:
             _log.debug("acp_otel: failed to start incoming span", exc_info=True)
             return None, stripped
+
+    def _parent_in_turn(self, turn: Turn, method: str, params: Any, parent: Context) -> Context:
+        """A message of a session with a turn in flight: a permission request goes under the tool call it
+        names; a message without a span to hang from goes under the turn."""
+        if method == sc.SESSION_REQUEST_PERMISSION:
+            tool_context = turn.tool_context(_permission_tool(params))
+            if tool_context is not None:
+                return tool_context
+        if not _has_span(parent):
+            return turn.context
+        return parent
 
     def _start(
         self,
@@ -283,12 +358,60 @@ class Engine:
     ) -> Call:
         """Start and name the span of one message (the only place spans of messages are started)."""
         attributes = self._start_attributes(info, params, request_id, peer)
-        span = self._tracer.start_span(info.span_name, context=parent, kind=kind, attributes=attributes)
+        session_id = attributes.get(sc.ACP_SESSION_ID)
+        turn = None
+        if method == sc.SESSION_PROMPT and peer is not None:
+            if (peer.protocol_version or 0) >= 2:
+                # ACP v2: the turn is a span of its own; the request span stands for the acceptance only.
+                attributes.pop(sc.GEN_AI_OPERATION_NAME, None)
+                if session_id is not None:
+                    turn = self._start_turn(peer, session_id, None, parent)
+                    if kind is SpanKind.CLIENT:  # the sender's turn wraps its request (one trace)
+                        parent = turn.context
+            else:
+                agent_attributes(attributes, peer.attributes)
+        span = self._tracer.start_span(method, context=parent, kind=kind, attributes=attributes)
+        try:
+            return self._started(span, method, params, peer, parent, kind, is_request, session_id, turn)
+        except BaseException:
+            span.end()  # not handed out: it would stay open
+            if turn is not None and turn.own_span:
+                self._turns.end(turn)
+            raise
+
+    def _started(
+        self,
+        span: Span,
+        method: str,
+        params: Any,
+        peer: PeerState | None,
+        parent: Context,
+        kind: SpanKind,
+        is_request: bool,
+        session_id: str | None,
+        turn: Turn | None,
+    ) -> Call:
         call = Call(span, method, peer, is_request)
-        call.session_id = attributes.get(sc.ACP_SESSION_ID)
+        call.session_id = session_id
+        call.server = kind is SpanKind.SERVER
+        if self._instruments is not None and is_request:
+            call.started = time.monotonic()
+        if method == sc.SESSION_PROMPT and session_id is not None and peer is not None:
+            if turn is None:  # v1: the request span is the turn
+                turn = self._start_turn(peer, session_id, span, parent)
+                turn.request = call
+            call.turn = turn
         if span.is_recording():
             self._on_params(call, params)
         return call
+
+    def _start_turn(self, peer: PeerState, session_id: str, request_span: Span | None, parent: Context) -> Turn:
+        previous = peer.turns.get(session_id)
+        if previous is not None and previous.own_span:  # a v2 turn that never went idle
+            self._turns.end(previous, sc.ENDED_BY_NEXT_PROMPT)
+        turn = self._turns.start(request_span, parent, session_id, peer.attributes)
+        peer.turns[session_id] = turn
+        return turn
 
     def note_handler_exception(self, exc: BaseException, rpc_code: Any = None) -> None:
         """Name the exception a handler raised on the current incoming span (the SDK hides it).
@@ -308,7 +431,7 @@ class Engine:
                 call.failure = str(rpc_code) if rpc_code is not None else type(exc).__qualname__
             if call.failure is not None and self.settings.capture_content:
                 call.span.set_attribute(
-                    sc.ACP_ERROR_DETAIL, _truncate(str(exc), self.settings.capture_content_max_length)
+                    sc.ACP_ERROR_DETAIL, truncate(str(exc), self.settings.capture_content_max_length)
                 )
         except Exception:
             _log.debug("acp_otel: failed to record handler exception", exc_info=True)
@@ -317,98 +440,110 @@ class Engine:
 
     def end_result(self, call: Call | None, result: Any) -> None:
         """End a call that succeeded with ``result`` (``None`` for notifications)."""
-        if call is None or call.span is None:
-            return
-        try:
-            span = call.span
-            if span.is_recording():
-                if call.is_request:
-                    self._on_result(call, result)
-                elif call.failure is not None:
-                    span.set_attribute(sc.ERROR_TYPE, call.failure)
-                    span.set_status(Status(StatusCode.ERROR, f"notification handler failed: {call.failure}"))
-            self._end(call)
-        except Exception:
-            _log.debug("acp_otel: failed to end span", exc_info=True)
+        self._finish(call, _RESULT, result)
 
     def end_payload(self, call: Call | None, payload: Any) -> None:
         """End an incoming request from the response payload the SDK is about to send."""
-        if call is None or call.span is None:
-            return
         if type(payload) is dict and "error" in payload:
             error = payload.get("error")
             if type(error) is dict:
-                self.end_rpc_error(call, error.get("code"), error.get("message"), error.get("data"))
+                self._finish(call, _RPC_ERROR, (error.get("code"), error.get("message"), error.get("data")))
                 return
-        self.end_result(call, payload.get("result") if type(payload) is dict else None)
+        self._finish(call, _RESULT, payload.get("result") if type(payload) is dict else None)
 
     def end_rpc_error(self, call: Call | None, code: Any, message: Any, data: Any = None) -> None:
         """End a call that got (or answered with) a JSON-RPC error object."""
-        if call is None or call.span is None:
-            return
-        try:
-            span = call.span
-            if span.is_recording():
-                code_text = str(code)
-                span.set_attribute(sc.RPC_RESPONSE_STATUS_CODE, code_text)
-                # A handler exception's class says more than -32603; otherwise the code is the type.
-                span.set_attribute(sc.ERROR_TYPE, call.failure or code_text)
-                if data is not None and self.settings.capture_content:
-                    span.set_attribute(sc.ACP_ERROR_DATA, _truncate(data, self.settings.capture_content_max_length))
-                description = message if type(message) is str else None
-                span.set_status(Status(StatusCode.ERROR, description))
-            self._end(call)
-        except Exception:
-            _log.debug("acp_otel: failed to end span", exc_info=True)
+        self._finish(call, _RPC_ERROR, (code, message, data))
 
     def end_cancelled(self, call: Call | None) -> None:
         """End a call whose caller (or handler task) was cancelled: not an error, marked as cancelled."""
-        if call is None or call.span is None:
-            return
-        try:
-            if call.span.is_recording():
-                call.span.set_attribute(sc.ACP_CANCELLED, True)
-            self._end(call)
-        except Exception:
-            _log.debug("acp_otel: failed to end span", exc_info=True)
+        self._finish(call, _CANCELLED, None)
 
     def end_exception(self, call: Call | None, exc: BaseException) -> None:
         """End a call that raised a plain exception (transport failure, closed connection, ...)."""
+        self._finish(call, _EXCEPTION, exc)
+
+    def _finish(self, call: Call | None, outcome: int, value: Any) -> None:
+        """Annotate the span by how the call ended, end it and its turn, record its duration."""
         if call is None or call.span is None:
             return
         try:
             span = call.span
-            if span.is_recording():
-                span.set_attribute(sc.ERROR_TYPE, type(exc).__qualname__)
-                # Transport and connection errors carry no user content; handler exceptions on the
-                # server side never get here (the SDK turns them into error responses).
-                span.set_status(Status(StatusCode.ERROR, _truncate(str(exc), 256) or type(exc).__qualname__))
-            self._end(call)
+            error_type = None
+            if outcome == _RESULT:
+                if call.is_request:
+                    if call.method == sc.INITIALIZE and type(value) is dict and call.peer is not None:
+                        version = value.get("protocolVersion")
+                        if type(version) is int:  # the negotiated version: 2 means ACP v2 turns
+                            call.peer.protocol_version = version
+                    if span.is_recording():
+                        self._on_result(call, value)
+                    if call.turn is not None:
+                        self._turns.finish_request(call.turn, value)
+                elif call.failure is not None:
+                    error_type = call.failure
+                    span.set_attribute(sc.ERROR_TYPE, call.failure)
+                    span.set_status(Status(StatusCode.ERROR, f"notification handler failed: {call.failure}"))
+            elif outcome == _RPC_ERROR:
+                code, message, data = value
+                code_text = str(code)
+                # A handler exception's class says more than -32603; otherwise the code is the type.
+                error_type = call.failure or code_text
+                if span.is_recording():
+                    span.set_attribute(sc.RPC_RESPONSE_STATUS_CODE, code_text)
+                    span.set_attribute(sc.ERROR_TYPE, error_type)
+                    if data is not None and self.settings.capture_content:
+                        span.set_attribute(sc.ACP_ERROR_DATA, truncate(data, self.settings.capture_content_max_length))
+                    span.set_status(Status(StatusCode.ERROR, message if type(message) is str else None))
+            elif outcome == _EXCEPTION:
+                error_type = type(value).__qualname__
+                if span.is_recording():
+                    span.set_attribute(sc.ERROR_TYPE, error_type)
+                    # Transport and connection errors carry no user content; handler exceptions on the
+                    # server side never get here (the SDK turns them into error responses).
+                    span.set_status(Status(StatusCode.ERROR, truncate(str(value), 256) or error_type))
+            elif span.is_recording():
+                span.set_attribute(sc.ACP_CANCELLED, True)
+            self._end(call, error_type)
         except Exception:
             _log.debug("acp_otel: failed to end span", exc_info=True)
+            if call.span is not None:
+                span, call.span = call.span, None
+                span.end()
 
-    # --------------------------------------------------------------- helpers
-
-    def _end_quietly(self, call: Call) -> None:
-        try:
-            self._end(call)
-        except Exception:
-            _log.debug("acp_otel: failed to end span", exc_info=True)
-
-    def _end(self, call: Call) -> None:
+    def _end(self, call: Call, error_type: str | None) -> None:
         span = call.span
-        if span is None:
-            return
-        peer = call.peer
-        if peer is not None and call.method == sc.SESSION_PROMPT and call.session_id is not None:
-            if peer.prompts.get(call.session_id) is call:
-                del peer.prompts[call.session_id]
-            if call.events or call.dropped:
-                span.set_attribute(sc.ACP_SESSION_UPDATE_COUNT, call.events + call.dropped)
-                if call.dropped:
-                    span.set_attribute(sc.ACP_SESSION_UPDATE_DROPPED, call.dropped)
+        assert span is not None
         call.span = None  # ending twice is a no-op
+        turn = call.turn
+        if turn is not None:
+            peer = call.peer
+            if not turn.own_span:  # v1: this span is the turn
+                turn.error_type = error_type
+                turn.request = None
+                self._turns.end(turn)
+                if peer is not None and peer.turns.get(turn.session_id) is turn:
+                    del peer.turns[turn.session_id]
+            elif error_type is not None:  # v2: the prompt was not accepted; the turn ends with it
+                turn.error_type = error_type
+                self._turns.end(turn)
+                if peer is not None and peer.turns.get(turn.session_id) is turn:
+                    del peer.turns[turn.session_id]
         span.end()
+        if call.started is not None and self._instruments is not None:
+            self._record_request(call, error_type)
+
+    def _record_request(self, call: Call, error_type: str | None) -> None:
+        instruments = self._instruments
+        assert instruments is not None and call.started is not None
+        info = self._methods.get(call.method)
+        attributes = {
+            sc.ACP_METHOD_NAME: info.metric_name if info is not None else instruments.method_name(call.method)
+        }
+        if error_type is not None:
+            attributes[sc.ERROR_TYPE] = instruments.error_type(error_type)
+        histogram = instruments.server_duration if call.server else instruments.client_duration
+        histogram.record(time.monotonic() - call.started, attributes)
 
     def _method_info(self, method: str) -> _MethodInfo:
         """Work out (and cache) what depends on the method name; callers looked in the cache first."""
@@ -419,45 +554,20 @@ class Engine:
             namespace = sc.extension_namespace(method)
             if namespace is not None:
                 attributes[sc.ACP_EXTENSION_NAMESPACE] = namespace
+        if method == sc.SESSION_PROMPT:
+            attributes[sc.GEN_AI_OPERATION_NAME] = sc.INVOKE_AGENT
         inject = settings.inject and not sc.is_protocol_method(method)
         inject = inject and not settings.inject_excluded_methods(method)
         info = _MethodInfo(
-            sc.span_name(method),
             attributes,
             traced=not settings.excluded_methods(method),
             inject=bool(inject),
             is_update=method == sc.SESSION_UPDATE,
+            metric_name=self._instruments.method_name(method) if self._instruments is not None else method,
         )
         if len(self._methods) < _METHOD_CACHE_SIZE:
             self._methods[method] = info
         return info
-
-    def _wants_notification_span(self, info: _MethodInfo, peer: PeerState | None, params: Any) -> bool:
-        """Whether a notification gets its own span under ``notification_spans``.
-
-        In ``events`` mode a session/update whose session has a prompt in flight is recorded as an event
-        on that prompt's span instead; without one it keeps its own span.
-        """
-        if self._no_notification_spans:
-            return False
-        if not (self._events_mode and info.is_update):
-            return True
-        session_id = params.get("sessionId") if type(params) is dict else None
-        call = peer.prompts.get(session_id) if peer is not None and type(session_id) is str else None
-        if call is None or call.span is None:
-            return True
-        if not call.span.is_recording():
-            return False
-        if call.events >= self.settings.max_events_per_span:
-            call.dropped += 1
-        else:
-            call.events += 1
-            attributes: dict[str, Any] = {}
-            _add_update_attributes(attributes, params)
-            if self.settings.capture_content:
-                attributes[sc.ACP_PARAMS] = _truncate(params, self.settings.capture_content_max_length)
-            call.span.add_event(sc.SESSION_UPDATE_EVENT, attributes)
-        return False
 
     def _start_attributes(
         self, info: _MethodInfo, params: Any, request_id: Any, peer: PeerState | None
@@ -481,10 +591,8 @@ class Engine:
         assert span is not None
         if call.method == sc.INITIALIZE and type(params) is dict:
             self._initialize_params(call, params)
-        if call.method == sc.SESSION_PROMPT and call.session_id is not None and call.peer is not None:
-            call.peer.prompts[call.session_id] = call
         if self.settings.capture_content and params is not None:
-            span.set_attribute(sc.ACP_PARAMS, _truncate(params, self.settings.capture_content_max_length))
+            span.set_attribute(sc.ACP_PARAMS, truncate(params, self.settings.capture_content_max_length))
 
     def _initialize_params(self, call: Call, params: dict[str, Any]) -> None:
         self._initialize_facts(call, params, "clientInfo", sc.ACP_CLIENT_NAME, sc.ACP_CLIENT_VERSION)
@@ -503,6 +611,8 @@ class Engine:
         if type(version) is int:
             call.span.set_attribute(sc.ACP_PROTOCOL_VERSION, version)
         info = obj.get(info_key)
+        if info is None:
+            info = obj.get("info")  # ACP v2 names both sides' Implementation "info"
         facts = {}
         if type(info) is dict:
             for attr, key in ((name_attr, "name"), (version_attr, "version")):
@@ -541,4 +651,4 @@ class Engine:
                     span.set_attribute(sc.ACP_SESSION_ID, session_id)
                     span.set_attribute(sc.GEN_AI_CONVERSATION_ID, session_id)
         if self.settings.capture_content and result is not None:
-            span.set_attribute(sc.ACP_RESULT, _truncate(result, self.settings.capture_content_max_length))
+            span.set_attribute(sc.ACP_RESULT, truncate(result, self.settings.capture_content_max_length))

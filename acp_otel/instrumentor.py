@@ -10,27 +10,24 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Callable, Collection
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 import wrapt
 from opentelemetry import trace
-from opentelemetry.instrumentation.dependencies import DependencyConflict
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
-from packaging.requirements import Requirement
 
 from . import propagation, sdk_adapter, shutdown, spawn
 from .engine import Engine
+from .metrics import make_instruments
 from .package import _instruments
 from .patching import Patch, Patches
+from .semconv import SCHEMA_URL
 from .settings import Settings, load_settings
 from .version import __version__
 
 _log = logging.getLogger("acp_otel")
 
 INSTRUMENTATION_NAME = "acp_otel"
-# The semantic conventions release whose names we use (rpc.system.name, jsonrpc.request.id: 1.39.0).
-SCHEMA_URL = "https://opentelemetry.io/schemas/1.39.0"
 
 _CONNECTION = "acp.connection:Connection"
 # acp/__init__ imports acp.transports and acp.stdio (0.8 - 1.0rc3), so the hook on "acp" sees all three
@@ -48,6 +45,7 @@ PATCH_TABLE: tuple[Patch, ...] = (
         "acp.connection", _CONNECTION, "_run_request", sdk_adapter.run_request_wrapper, unless="_execute_request"
     ),  # up to 0.12.0
     Patch("acp.connection", _CONNECTION, "_run_notification", sdk_adapter.run_notification_wrapper),
+    Patch("acp.connection", _CONNECTION, "close", sdk_adapter.close_wrapper),
     Patch("acp.connection", "acp.connection", "span_context", sdk_adapter.sdk_span_context_wrapper),
     # Flush at end of input; installs the SIGTERM handler (shutdown).
     Patch("acp.connection", _CONNECTION, "_receive_loop", shutdown.receive_loop_wrapper, option="flush_on_exit"),
@@ -99,10 +97,11 @@ class AcpInstrumentor(BaseInstrumentor):
 
     ``AcpInstrumentor().instrument(tracer_provider=None, **options)`` starts tracing every
     ``acp.connection.Connection`` (whether ``acp`` is imported before or after the call);
-    ``uninstrument()`` restores the SDK exactly. Options (keyword arguments win over the
+    ``uninstrument()`` restores the SDK exactly; ``meter_provider`` (default: the global one) receives the
+    metrics. Options (keyword arguments win over the
     ``OTEL_PYTHON_ACP_*`` environment variables; see the README's options table):
     ``excluded_methods``, ``capture_content``, ``capture_content_max_length``, ``keep_sdk_spans``,
-    ``notification_spans``, ``max_events_per_span``, ``propagate_env``, ``inject``,
+    ``notification_spans``, ``tool_spans``, ``max_events_per_span``, ``propagate_env``, ``inject``,
     ``inject_excluded_methods``, ``flush_on_exit``.
     """
 
@@ -112,18 +111,6 @@ class AcpInstrumentor(BaseInstrumentor):
     def instrumentation_dependencies(self) -> Collection[str]:
         return _instruments
 
-    def _check_dependency_conflicts(self) -> DependencyConflict | None:
-        # The base check rejects pre-releases such as 1.0.0rc3, which we support: accept them.
-        for spec in _instruments:
-            req = Requirement(spec)
-            try:
-                installed = version(req.name)
-            except PackageNotFoundError:
-                return DependencyConflict(spec)
-            if not req.specifier.contains(installed, prereleases=True):
-                return DependencyConflict(spec, f"{req.name} {installed}")
-        return None
-
     @property
     def settings(self) -> Settings | None:
         """The settings in force while instrumented, else ``None``."""
@@ -132,13 +119,13 @@ class AcpInstrumentor(BaseInstrumentor):
     def _instrument(self, **kwargs: Any) -> None:
         state = self._state
         tracer_provider = kwargs.pop("tracer_provider", None)
+        meter_provider = kwargs.pop("meter_provider", None)  # None: the global one
         settings = load_settings(kwargs)
         tracer = trace.get_tracer(INSTRUMENTATION_NAME, __version__, tracer_provider, schema_url=SCHEMA_URL)
-        # (A meter for metrics, when there is one, is created here with the same name and schema_url.)
         state.tracer_provider = tracer_provider
         state.settings = settings
         state.tracer = tracer
-        state.engine = Engine(tracer, settings)
+        state.engine = Engine(tracer, settings, make_instruments(meter_provider, __version__))
         for module_name in dict.fromkeys(p.hook_module for p in PATCH_TABLE):
             if module_name in sys.modules:
                 self._apply(module_name)

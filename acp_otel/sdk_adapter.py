@@ -162,6 +162,20 @@ def run_notification_wrapper(state: InstrumentationState) -> Wrapper:
     return _incoming_wrapper(state, is_request=False, returns_payload=False)
 
 
+def close_wrapper(state: InstrumentationState) -> Wrapper:
+    """``Connection.close``: tool calls and v2 turns still open end with the connection."""
+
+    async def close(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        try:
+            return await wrapped(*args, **kwargs)
+        finally:
+            engine = state.engine
+            if engine is not None:
+                engine.close_peer(instance, keep_requests=True)
+
+    return close
+
+
 # ------------------------------------------------------------------ handler and SDK spans
 
 

@@ -1,11 +1,16 @@
-"""Span names and attribute names: the one place that spells them.
+"""Span, event, metric and attribute names: the one place that spells them.
 
 ACP has no OpenTelemetry semantic conventions of its own yet. Names follow the RPC / JSON-RPC
-conventions (``rpc.*``, ``jsonrpc.*``, ``error.type``) and mirror the MCP ones (``mcp.*`` ->
-``acp.*``); ``gen_ai.conversation.id`` repeats the session id so GenAI-aware backends group turns.
+conventions (``rpc.*``, ``jsonrpc.*``, ``error.type``), mirror the MCP ones (``mcp.*`` -> ``acp.*``)
+and use the GenAI agent / tool conventions (``gen_ai.*``, semantic-conventions-genai, development
+status) for turns and tool calls. ``gen_ai.*`` names are only those the GenAI registry defines; what it
+does not define lives under ``acp.*``.
 """
 
 from __future__ import annotations
+
+# The semantic conventions release whose names we use (rpc.system.name, jsonrpc.request.id: 1.39.0).
+SCHEMA_URL = "https://opentelemetry.io/schemas/1.39.0"
 
 RPC_SYSTEM_NAME = "rpc.system.name"
 RPC_SYSTEM_VALUE = "jsonrpc"
@@ -56,11 +61,117 @@ PROCESS_COMMAND_ARGS = "process.command_args"  # only when content capture is on
 INITIALIZE = "initialize"
 SESSION_PROMPT = "session/prompt"
 SESSION_UPDATE = "session/update"
+SESSION_REQUEST_PERMISSION = "session/request_permission"
 
+# --------------------------------------------------------------- agent level (turns, tool calls)
 
-def span_name(method: str) -> str:
-    """The span name of a message: its method, as the JSON-RPC conventions ask."""
-    return method
+GEN_AI_OPERATION_NAME = "gen_ai.operation.name"
+INVOKE_AGENT = "invoke_agent"
+EXECUTE_TOOL = "execute_tool"
+GEN_AI_AGENT_NAME = "gen_ai.agent.name"
+GEN_AI_AGENT_VERSION = "gen_ai.agent.version"
+GEN_AI_TOOL_NAME = "gen_ai.tool.name"
+GEN_AI_TOOL_CALL_ID = "gen_ai.tool.call.id"
+GEN_AI_TOOL_CALL_ARGUMENTS = "gen_ai.tool.call.arguments"  # content: only with capture_content
+GEN_AI_TOOL_CALL_RESULT = "gen_ai.tool.call.result"  # content: only with capture_content
+GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK = "gen_ai.response.time_to_first_chunk"
+GEN_AI_USAGE_INPUT_TOKENS = "gen_ai.usage.input_tokens"
+GEN_AI_USAGE_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS = "gen_ai.usage.cache_read.input_tokens"
+GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS = "gen_ai.usage.cache_creation.input_tokens"
+GEN_AI_USAGE_REASONING_OUTPUT_TOKENS = "gen_ai.usage.reasoning.output_tokens"
+ACP_USAGE_TOTAL_TOKENS = "acp.usage.total_tokens"  # the GenAI registry has no total
+GEN_AI_TOKEN_TYPE = "gen_ai.token.type"
+
+# ACP usage field -> attribute (PromptResponse.usage / v2 idle state_update.usage).
+USAGE_ATTRIBUTES = (
+    ("inputTokens", GEN_AI_USAGE_INPUT_TOKENS),
+    ("outputTokens", GEN_AI_USAGE_OUTPUT_TOKENS),
+    ("cachedReadTokens", GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS),
+    ("cachedWriteTokens", GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS),
+    ("thoughtTokens", GEN_AI_USAGE_REASONING_OUTPUT_TOKENS),
+    ("totalTokens", ACP_USAGE_TOTAL_TOKENS),
+)
+
+# Turn span: streamed chunks per kind, all updates absorbed, why a turn span ended without its answer.
+CHUNK_KINDS = ("agent_message_chunk", "agent_thought_chunk", "user_message_chunk")
+AGENT_CHUNK_KINDS = frozenset(("agent_message_chunk", "agent_thought_chunk"))
+ACP_TURN_CHUNK_COUNT_PREFIX = "acp.turn.chunk_count."
+ACP_TURN_ENDED_BY = "acp.turn.ended_by"
+ACP_TURN_SPAN_NAME = "invoke_agent"  # v2 turn span: "invoke_agent" or "invoke_agent {agent name}"
+V2_STATE_UPDATE = "state_update"
+ACP_TURN_STATE = "acp.turn.state"
+
+# Tool call spans.
+ACP_TOOL_CALL_KIND = "acp.tool_call.kind"
+ACP_TOOL_CALL_TITLE = "acp.tool_call.title"  # content: only with capture_content
+ACP_TOOL_CALL_LOCATIONS = "acp.tool_call.locations"  # content: only with capture_content
+ACP_TOOL_CALL_ENDED_BY = "acp.tool_call.ended_by"
+ACP_TOOL_CALL_UPDATE_COUNT = "acp.tool_call.update_count"
+TOOL_STATUS_EVENT = "acp.tool_call.status"
+TOOL_STATUSES = frozenset(("pending", "in_progress", "completed", "failed"))
+TOOL_KINDS = frozenset(
+    ("read", "edit", "delete", "move", "search", "execute", "think", "fetch", "switch_mode", "other")
+)
+# ended_by values: the tool call / turn did not end by itself.
+ENDED_BY_TURN = "turn_end"
+ENDED_BY_CONNECTION = "connection_closed"
+ENDED_BY_NEXT_PROMPT = "next_prompt"
+ENDED_BY_SHUTDOWN = "uninstrumented"
+TOOL_FAILED = "tool_call_failed"  # error.type of a tool call whose status became failed
+
+OTHER = "_OTHER"  # bounded metric attribute values: everything outside the known set
+
+# ------------------------------------------------------------------------------------- metrics
+
+# Request durations mirror MCP's mcp.client/server.operation.duration (one per side);
+# turn and tool durations are the GenAI agent / tool metrics.
+METRIC_CLIENT_OPERATION_DURATION = "acp.client.operation.duration"
+METRIC_SERVER_OPERATION_DURATION = "acp.server.operation.duration"
+METRIC_INVOKE_AGENT_DURATION = "gen_ai.invoke_agent.duration"
+METRIC_EXECUTE_TOOL_DURATION = "gen_ai.execute_tool.duration"
+METRIC_TIME_TO_FIRST_CHUNK = "acp.turn.time_to_first_chunk"
+METRIC_TOKEN_USAGE = "gen_ai.client.token.usage"
+
+# Standard ACP methods (v1 and the v2 draft): kept as they are in metric attributes.
+STANDARD_METHODS = frozenset(
+    (
+        "initialize",
+        "authenticate",
+        "session/new",
+        "session/load",
+        "session/list",
+        "session/fork",
+        "session/resume",
+        "session/close",
+        "session/delete",
+        "session/prompt",
+        "session/cancel",
+        "session/update",
+        "session/set_mode",
+        "session/set_model",
+        "session/set_config_option",
+        "session/request_permission",
+        "fs/read_text_file",
+        "fs/write_text_file",
+        "terminal/create",
+        "terminal/output",
+        "terminal/release",
+        "terminal/wait_for_exit",
+        "terminal/kill",
+        "auth/login",
+        "auth/logout",
+        "providers/list",
+        "providers/set",
+        "providers/disable",
+        "mcp/connect",
+        "mcp/message",
+        "mcp/disconnect",
+        "elicitation/create",
+        "elicitation/complete",
+        "$/cancel_request",
+    )
+)
 
 
 def is_extension(method: str) -> bool:

@@ -25,8 +25,13 @@ ENV_PROPAGATE_ENV = "OTEL_PYTHON_ACP_PROPAGATE_ENV"
 ENV_INJECT = "OTEL_PYTHON_ACP_INJECT"
 ENV_INJECT_EXCLUDED_METHODS = "OTEL_PYTHON_ACP_INJECT_EXCLUDED_METHODS"
 ENV_FLUSH_ON_EXIT = "OTEL_PYTHON_ACP_FLUSH_ON_EXIT"
+ENV_TOOL_SPANS = "OTEL_PYTHON_ACP_TOOL_SPANS"
 
-NOTIFICATION_SPAN_MODES = ("all", "none", "events")
+# turn: session/update inside a turn has no span (counted / events on the turn or tool span);
+# all: a span per notification; events: an event per session/update on the turn; none: no notification spans.
+NOTIFICATION_SPAN_MODES = ("turn", "all", "none", "events")
+# auto: the side closest to the tool makes tool spans; always / never override.
+TOOL_SPAN_MODES = ("auto", "always", "never")
 
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
@@ -72,7 +77,8 @@ class Settings:
     capture_content: bool = False
     capture_content_max_length: int = 1024
     keep_sdk_spans: bool = False
-    notification_spans: str = "all"
+    notification_spans: str = "turn"
+    tool_spans: str = "auto"
     max_events_per_span: int = 128
     propagate_env: bool = True
     inject: bool = True
@@ -137,6 +143,7 @@ _OPTIONS: dict[str, tuple[str, Any]] = {
         ENV_NOTIFICATION_SPANS,
         lambda n, v, d: _parse_choice(n, v, d, NOTIFICATION_SPAN_MODES),
     ),
+    "tool_spans": (ENV_TOOL_SPANS, lambda n, v, d: _parse_choice(n, v, d, TOOL_SPAN_MODES)),
     "max_events_per_span": (ENV_MAX_EVENTS_PER_SPAN, lambda n, v, d: _parse_int(n, v, d, minimum=1)),
     "propagate_env": (ENV_PROPAGATE_ENV, _parse_bool),
     "inject": (ENV_INJECT, _parse_bool),

@@ -12,7 +12,7 @@ client cancels its request, then sends ``session/cancel``; the agent either answ
 handler task is itself cancelled). Checks, exit status 1 when one fails:
 
 * every span started was ended (a SpanProcessor counts both);
-* no entry left in the engine's maps (``Engine.open_prompt_count()`` is 0; after the connections are
+* no entry left in the engine's maps (no turn registered; after the connections are
   closed and collected, no per-connection state is left either);
 * resident memory grows by less than 5 MB between the end of the warm-up and the end of the run.
 """
@@ -155,7 +155,7 @@ async def run(total: int, warmup: int, sessions: int) -> int:
     elapsed = time.perf_counter() - t0
     gc.collect()
     end_rss = rss_mb()
-    open_prompts = engine.open_prompt_count()
+    open_prompts = sum(len(state.turns) for state in list(engine._peers.values()))  # turns still registered
     provider.force_flush()
     started_before_close, ended_before_close = counter.started, counter.ended
     await pair.close()

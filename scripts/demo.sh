@@ -8,5 +8,6 @@ if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-.venv/bin/python -m pip install -q -e '.[instruments]'
+# The SDK by name: the 'instruments' extra admits pre-releases (see acp_otel/package.py), so pip would pick one.
+.venv/bin/python -m pip install -q -e . 'agent-client-protocol >= 0.8, < 2'
 exec .venv/bin/acp-otel demo "$@"

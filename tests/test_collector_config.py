@@ -253,10 +253,8 @@ def otlp_command_problems(commands: list[str]) -> list[str]:
             problems.append(
                 f"{command!r} exports {protocol} to port {port}, the collector takes it on {PROTOCOL_PORTS[protocol]}"
             )
-        if launcher == "opentelemetry-instrument" and not (
-            "--metrics_exporter none" in command and "--logs_exporter none" in command
-        ):
-            problems.append(f"{command!r} exports metrics and logs, but the collector has only a traces pipeline")
+        if launcher == "opentelemetry-instrument" and "--logs_exporter none" not in command:
+            problems.append(f"{command!r} exports logs, but the collector has only traces and metrics pipelines")
     return problems
 
 
@@ -273,6 +271,17 @@ def test_every_yaml_file_parses() -> None:
 
 def test_pipeline_components_defined_and_used(collector: dict[str, Any]) -> None:
     assert pipeline_problems(collector) == []
+
+
+def test_metrics_pipeline_reaches_prometheus_over_otlp(collector: dict[str, Any], compose: dict[str, Any]) -> None:
+    exporters = collector["service"]["pipelines"]["metrics"]["exporters"]
+    prometheus = service_by_image(compose, "prom/prometheus")
+    targets = [collector["exporters"][name].get("endpoint", "") for name in exporters]
+    assert any(host_port(t) == (prometheus, 9090) and t.endswith("/api/v1/otlp") for t in targets if t), targets
+    assert "--web.enable-otlp-receiver" in command_args(compose["services"][prometheus])
+    assert published_ports(compose["services"][prometheus]).get(9090) == 9090
+    sources = load("grafana-datasources.yaml")["datasources"]
+    assert [host_port(d["url"]) for d in sources if d["type"] == "prometheus"] == [(prometheus, 9090)]
 
 
 def test_memory_limiter_runs_first(collector: dict[str, Any]) -> None:
@@ -442,7 +451,8 @@ def test_checks_catch_commands_on_the_wrong_port() -> None:
         for p in otlp_command_problems(["OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:4317 acp-otel demo"])
     )
     assert any(
-        "only a traces pipeline" in p for p in otlp_command_problems([good.replace(" --logs_exporter none", "")])
+        "only traces and metrics pipelines" in p
+        for p in otlp_command_problems([good.replace(" --logs_exporter none", "")])
     )
     # Commands are read from sh blocks, joined across continuation lines, without comments.
     markdown = (

@@ -26,6 +26,12 @@ from spans import all_text, find, one, parent_of, span_id, trace_id, wait_until
 C, S, P, N = SpanKind.CLIENT, SpanKind.SERVER, SpanKind.PRODUCER, SpanKind.CONSUMER
 
 
+@pytest.fixture(autouse=True)
+def _span_per_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The per-message span contract: pinned to ``notification_spans=all`` (the default is ``turn``)."""
+    monkeypatch.setenv("OTEL_PYTHON_ACP_NOTIFICATION_SPANS", "all")
+
+
 async def _turn(pair: Any, exporter: Any, text: str = "hello") -> tuple[Any, Any]:
     """One turn; returns once the agent's session/prompt span has ended too (up to SDK 0.12.0 it ends
     only after the response is on its way, so the caller may see the response first)."""
@@ -51,30 +57,36 @@ async def test_full_turn_is_one_connected_trace(instrument: Any, exporter: Any, 
     assert parent_of(server_prompt) == span_id(client_prompt)
     assert server_prompt.parent.is_remote
     assert client_prompt.parent is None  # nothing was current in the caller: a new root
+    # the agent's tool call: a span under its turn; the permission request for it under the tool
+    tool = one(spans, "execute_tool read", SpanKind.INTERNAL)
+    assert parent_of(tool) == span_id(server_prompt)
     # agent handler -> agent's requests back to the client -> client handlers
     for method in ("session/request_permission", "fs/read_text_file", "_test.dev/echo"):
         out, inc = one(spans, method, C), one(spans, method, S)
-        assert parent_of(out) == span_id(server_prompt), method
+        expected = tool if method == "session/request_permission" else server_prompt
+        assert parent_of(out) == span_id(expected), method
         assert parent_of(inc) == span_id(out), method
         assert inc.parent.is_remote
     # agent's notifications -> client consumers
     producers = find(spans, "session/update", P)
     consumers = find(spans, "session/update", N)
     assert len(producers) == len(consumers) == 4
-    assert all(parent_of(p) == span_id(server_prompt) for p in producers)
+    for producer in producers:
+        under = tool if "acp.tool_call.id" in producer.attributes else server_prompt
+        assert parent_of(producer) == span_id(under)
     assert {parent_of(c) for c in consumers} == {span_id(p) for p in producers}
     note_out, note_in = one(spans, "_test.dev/note", P), one(spans, "_test.dev/note", N)
     assert parent_of(note_in) == span_id(note_out)
     # one trace id for the whole turn
     turn = [s for s in spans if s.name not in ("initialize", "session/new")]
-    assert len(turn) == 2 + 3 * 2 + 8 + 2
+    assert len(turn) == 2 + 3 * 2 + 8 + 2 + 1
     assert {trace_id(s) for s in turn} == {trace_id(client_prompt)}
     assert all(s.status.status_code == StatusCode.UNSET for s in spans)
 
 
 async def test_attributes(instrument: Any, exporter: Any, pair: Any) -> None:
     await _turn(pair, exporter)
-    spans = exporter.get_finished_spans()
+    spans = [s for s in exporter.get_finished_spans() if s.kind != SpanKind.INTERNAL]  # not the tool span
     for span in spans:
         attrs = span.attributes
         assert attrs["rpc.system.name"] == "jsonrpc"

@@ -15,6 +15,12 @@ from paths import TRACE_AGENT, peer_env
 from spans import find, one, span_id, trace_id
 
 
+@pytest.fixture(autouse=True)
+def _span_per_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The per-message span contract: pinned to ``notification_spans=all`` (inherited by the agent)."""
+    monkeypatch.setenv("OTEL_PYTHON_ACP_NOTIFICATION_SPANS", "all")
+
+
 def _agent_env(span_file: Path) -> dict[str, str]:
     return peer_env({"ACP_OTEL_TEST_SPANS": str(span_file)})
 
@@ -51,11 +57,15 @@ async def test_turn_across_processes(instrument: Any, exporter: Any, tmp_path: P
     # client -> agent
     assert server_prompt["parent_id"] == f"{span_id(client_prompt):016x}" and server_prompt["parent_remote"]
     assert server_prompt["service"] == "test-agent"
+    # the agent's tool call under its turn, the permission request under the tool call
+    tool = _by(agent, "execute_tool read", "INTERNAL")
+    assert tool["parent_id"] == server_prompt["span_id"]
     # agent -> client (requests and notifications)
     for method in ("session/request_permission", "fs/read_text_file", "_test.dev/echo"):
         out = _by(agent, method, "CLIENT")
         inc = one(spans, method, SpanKind.SERVER)
-        assert out["parent_id"] == server_prompt["span_id"]
+        expected = tool if method == "session/request_permission" else server_prompt
+        assert out["parent_id"] == expected["span_id"]
         assert f"{inc.parent.span_id:016x}" == out["span_id"] and inc.parent.is_remote
     producers = {r["span_id"] for r in agent if r["name"] == "session/update" and r["kind"] == "PRODUCER"}
     consumers = find(spans, "session/update", SpanKind.CONSUMER)
@@ -66,8 +76,8 @@ async def test_turn_across_processes(instrument: Any, exporter: Any, tmp_path: P
     turn_ids = {f"{trace_id(s):032x}" for s in spans if s.name not in ("initialize", "session/new", "acp.spawn")}
     turn_ids |= {r["trace_id"] for r in agent if r["name"] not in ("initialize", "session/new")}
     assert turn_ids == {f"{trace_id(client_prompt):032x}"}
-    # every span of the agent's side of the turn arrived: its prompt, 3 callbacks, 4 updates, 1 note
-    assert sum(r["trace_id"] == f"{trace_id(client_prompt):032x}" for r in agent) == 9
+    # every span of the agent's side of the turn arrived: its prompt, 1 tool call, 3 callbacks, 4 updates, 1 note
+    assert sum(r["trace_id"] == f"{trace_id(client_prompt):032x}" for r in agent) == 10
 
 
 async def test_peer_killed_with_request_pending(instrument: Any, exporter: Any, tmp_path: Path) -> None:

@@ -96,3 +96,15 @@ def test_demo_fails_when_nothing_can_be_exported(closed_port: int, tmp_path: Pat
     assert "Failed to export" in errors[0]
     assert "Traceback" not in done.stdout + done.stderr
     assert not (tmp_path / runner.DEFAULT_OUTPUT).exists()
+
+
+def test_demo_runs_the_examples_shipped_in_the_package() -> None:
+    # The demo needs no source checkout: by default it runs the copies inside the installed package.
+    packaged = runner.find_examples()
+    assert packaged == (Path(runner.__file__).resolve().parent / "examples")
+    assert (packaged / "README.md").is_file()  # the file the example client attaches to its prompt
+    # The repository's examples/ holds links to those files, not a second copy to keep in step.
+    for name in ("client.py", "agent.py", "README.md"):
+        assert (EXAMPLES / name).resolve() == packaged / name, name
+    with pytest.raises(runner.DemoError, match="were not found"):
+        runner.find_examples(EXAMPLES / "nowhere")

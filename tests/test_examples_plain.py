@@ -73,7 +73,7 @@ def test_full_turn_with_defaults() -> None:
     assert "[tool] tool-search completed: 3 matches" in out
     assert "[tool] tool-fetch failed: network unreachable" in out
     # permission granted, file read through the client
-    readme = ROOT / "examples" / "README.md"
+    readme = (ROOT / "examples" / "README.md").resolve()  # the client attaches the file it ships beside
     assert f"[permission] Read {readme} -> allow (allow_once)" in out
     assert f"[fs] read_text_file {readme} -> " in out
     assert re.search(r"^\[tool\] tool-read completed: \d+ lines$", out, re.MULTILINE)

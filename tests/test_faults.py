@@ -363,7 +363,7 @@ async def _measure(endpoint: str, receiver: OtlpReceiver | None = None) -> dict[
             assert result.stop_reason == "end_turn"
             await asyncio.sleep(PACE_S)
         if receiver is not None:
-            exports_during_turns = receiver.export_counts["http"]
+            exports_during_turns = receiver.export_count
     return {
         "median": statistics.median(latencies[1:]),
         "exit_s": a.exit_s,
@@ -377,7 +377,7 @@ async def _measure(endpoint: str, receiver: OtlpReceiver | None = None) -> dict[
 
 async def test_otlp_endpoint_down_or_silent_does_not_slow_or_block_acp() -> None:
     hole = _BlackHole()
-    with OtlpReceiver(enable_grpc=False) as receiver:
+    with OtlpReceiver() as receiver:
         try:
             endpoints = {
                 "healthy": receiver.http_traces_url,

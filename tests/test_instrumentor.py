@@ -135,7 +135,7 @@ def test_invalid_options_warn_and_use_defaults(caplog: Any) -> None:
         assert settings is not None
         assert settings.capture_content is False
         assert settings.capture_content_max_length == 1024
-        assert settings.notification_spans == "all"
+        assert settings.notification_spans == "turn"
     finally:
         instrumentor.uninstrument()
     assert sum("invalid value" in r.getMessage() or "must be" in r.getMessage() for r in caplog.records) == 3

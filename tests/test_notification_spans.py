@@ -1,4 +1,5 @@
-"""``notification_spans`` = all / none / events, end to end on a real client and agent (loopback TCP)."""
+"""``notification_spans`` = all / none / events, end to end on a real client and agent (loopback TCP).
+The default ``turn`` mode is in test_agent_turns.py."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 from acp_app import SECRET, TraceAgent, TraceClient, initialize, open_session, prompt
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind
-from spans import find, one, parent_of, span_id, trace_id, wait_until
+from spans import find, one, parent_of, span_id, trace_id, wait_spans_closed, wait_until
 
 from acp_otel.semconv import RESERVED_META_KEYS
 
@@ -47,9 +48,11 @@ async def test_all_is_a_span_per_notification(instrument: Any, exporter: Any, pa
     p = await _turn(pair)
     spans = _turn_spans(exporter)
     server_prompt = one(spans, "session/prompt", S)
+    tool = one(spans, "execute_tool read", SpanKind.INTERNAL)
     producers, consumers = find(spans, "session/update", P), find(spans, "session/update", N)
     assert len(producers) == len(consumers) == 4
-    assert all(parent_of(s) == span_id(server_prompt) for s in producers)
+    # chunks under the turn; the tool call's updates under its tool span
+    assert [parent_of(s) for s in producers] == [span_id(server_prompt)] * 2 + [span_id(tool)] * 2
     assert sorted(parent_of(s) for s in consumers) == sorted(span_id(s) for s in producers)
     assert [s.attributes["acp.session.update"] for s in producers] == [
         "agent_message_chunk",
@@ -71,13 +74,14 @@ async def test_none_has_no_notification_spans_but_keeps_context(instrument: Any,
     spans = _turn_spans(exporter)
     assert not find(spans, "session/update")
     assert not find(spans, "_test.dev/note")
-    assert all(s.kind in (C, S) for s in spans)
+    assert all(s.kind in (C, S) or s.name == "execute_tool read" for s in spans)
     client_prompt, server_prompt = one(spans, "session/prompt", C), one(spans, "session/prompt", S)
     assert parent_of(server_prompt) == span_id(client_prompt)
     # The agent's requests back to the client still link into the trace.
+    tool = one(spans, "execute_tool read", SpanKind.INTERNAL)
     for method in ("session/request_permission", "fs/read_text_file", "_test.dev/echo"):
         out, inc = one(spans, method, C), one(spans, method, S)
-        assert parent_of(out) == span_id(server_prompt), method
+        assert parent_of(out) == span_id(tool if method == "session/request_permission" else server_prompt), method
         assert parent_of(inc) == span_id(out), method
     assert {trace_id(s) for s in spans} == {trace_id(client_prompt)}
     # Context still travels with the notifications: the client's handler runs in the turn's trace ...
@@ -88,7 +92,7 @@ async def test_none_has_no_notification_spans_but_keeps_context(instrument: Any,
     method, params = p.client.ext_notes[0]
     assert method == "test.dev/note"
     assert not set(RESERVED_META_KEYS) & set((params.get("_meta") or {}).keys())
-    assert not any(s.events for s in spans)
+    assert not any(e.name == "acp.session.update" for s in spans for e in s.events)
 
 
 def _update_events(span: Any) -> list[Any]:
@@ -172,25 +176,33 @@ async def test_events_without_a_prompt_in_flight_keep_their_spans(instrument: An
     assert p.client.update_kwargs == [{}]
 
 
-async def test_events_leave_no_prompt_registered(instrument: Any, exporter: Any, pair: Any) -> None:
+@pytest.mark.parametrize("mode", ["events", "turn"])
+async def test_turns_end_however_the_prompt_ends(
+    instrument: Any, exporter: Any, pair: Any, counter: Any, mode: str
+) -> None:
     from acp.exceptions import RequestError
 
-    instrument(notification_spans="events")
+    instrument(notification_spans=mode)
     p = await pair(TraceAgent(), RecordingClient())
     await initialize(p.client_conn)
     session_id = (await p.client_conn.new_session(cwd="/tmp", mcp_servers=[])).session_id
-    engine = instrument.instrumentor._state.engine  # to count the prompts it still holds
-    assert engine is not None
+    assert instrument.instrumentor._state.engine is not None
     assert (await prompt(p.client_conn, session_id, "hello")).stop_reason == "end_turn"
     for text in ("fail", "rpcerror"):
         with pytest.raises(RequestError):
             await prompt(p.client_conn, session_id, text)
     # a cancelled caller: its prompt span must be unregistered too
     task = asyncio.create_task(prompt(p.client_conn, session_id, "slow"))
-    await wait_until(lambda: engine.open_prompt_count() == 2, what="both sides registered the prompt")
+    await wait_until(lambda: p.agent.waiting.is_set(), what="the agent is in the slow turn")
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
     await p.client_conn.cancel(session_id=session_id)
     await wait_until(lambda: len(find(exporter.get_finished_spans(), "session/prompt", S)) == 4, what="4 turns")
-    assert engine.open_prompt_count() == 0
+    await wait_spans_closed(counter)
+    assert not counter.open  # every turn (and the tool call of the first) ended
+    # nothing is left registered: a later update of the session is outside any turn and keeps its spans
+    await p.agent_conn.session_update(
+        session_id=session_id, update={"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "x"}}
+    )
+    await wait_until(lambda: find(exporter.get_finished_spans(), "session/update", N), what="the CONSUMER span")

@@ -21,7 +21,17 @@ PROMPT_WORDS = "PROMPT-WORDS-PRIVATE"
 # Everything the test app says that is conversation content (chunks, tool titles, permission options,
 # file path and body, error text and data, extension params).
 APP_CONTENT = (SECRET, FILE_BODY, PROMPT_WORDS, SECRET_PATH, "Allow once", "handler blew up")
-CONTENT_ATTRIBUTES = ("acp.params", "acp.result", "acp.error.data", "acp.error.detail")
+CONTENT_ATTRIBUTES = (
+    "acp.params",
+    "acp.result",
+    "acp.error.data",
+    "acp.error.detail",
+    # tool call spans
+    "acp.tool_call.title",
+    "acp.tool_call.locations",
+    "gen_ai.tool.call.arguments",
+    "gen_ai.tool.call.result",
+)
 
 
 async def _turns(pair: Any) -> None:
@@ -39,13 +49,14 @@ def _leaks(strings: Iterable[str], secrets: tuple[str, ...]) -> list[tuple[str, 
     return [(s, text[:120]) for text in strings for s in secrets if s in text]
 
 
-async def test_default_records_no_content(instrument: Any, pair: Any, exporter: Any) -> None:
+@pytest.mark.parametrize("mode", ["turn", "all", "events"])
+async def test_default_records_no_content(mode: str, instrument: Any, pair: Any, exporter: Any) -> None:
+    instrument(notification_spans=mode)
     await _turns(pair)
     spans = exporter.get_finished_spans()
     assert len(spans) > 15
-    assert {"session/prompt", "session/update", "fs/read_text_file", "session/request_permission"} <= {
-        s.name for s in spans
-    }
+    names = {"session/prompt", "execute_tool read", "fs/read_text_file", "session/request_permission"}
+    assert names | ({"session/update"} if mode == "all" else set()) <= {s.name for s in spans}
     leaks = [leak for span in spans for leak in _leaks(span_strings(span), APP_CONTENT)]
     assert not leaks, leaks
     for span in spans:
@@ -158,7 +169,8 @@ def test_examples_default_records_no_content(tmp_path: Path) -> None:
     assert "[stop] end_turn" in stdout
     services = {s["resource"]["attributes"].get("service.name") for s in spans}
     assert services == {"privacy-client", "privacy-agent"}
-    assert len(spans) > 20
+    assert len(spans) > 12
+    assert len([s for s in spans if s["name"].startswith("execute_tool")]) >= 3  # the example's tool calls
     leaks = [(s["name"], t[:100]) for s in spans for t in _json_strings(s) for c in EXAMPLE_CONTENT if c in t]
     assert not leaks, leaks
 

@@ -1,13 +1,11 @@
-"""Real OTLP exports (HTTP, gzip, JSON, gRPC, from a subprocess) into the embedded receiver."""
+"""Real OTLP/HTTP exports (protobuf, gzip, from a subprocess) into the demo's receiver, and OTLP JSON files."""
 
 from __future__ import annotations
 
-import gzip
 import http.client
 import json
 import os
 import socket
-import struct
 import subprocess
 import sys
 import textwrap
@@ -15,12 +13,10 @@ import threading
 import time
 import urllib.error
 import urllib.request
-import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpanExporter
 from opentelemetry.exporter.otlp.proto.http import Compression
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpanExporter
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -95,6 +91,10 @@ def _export_turn(exporter: SpanExporter, service: str) -> dict[str, str]:
         provider.shutdown()
 
 
+def _wait_for_count(receiver: OtlpReceiver, count: int) -> list[ReceivedSpan]:
+    return receiver.wait_for(lambda spans: len(spans) >= count, timeout=TIMEOUT)
+
+
 def _by_id(spans: list[ReceivedSpan]) -> dict[str, ReceivedSpan]:
     return {s.span_id: s for s in spans}
 
@@ -136,24 +136,15 @@ def _assert_turn(spans: list[ReceivedSpan], ids: dict[str, str], service: str) -
 def test_http_protobuf_export(receiver: OtlpReceiver) -> None:
     assert receiver.http_endpoint.startswith("http://127.0.0.1:")
     ids = _export_turn(HttpSpanExporter(endpoint=receiver.http_traces_url), "acp-test-http")
-    spans = receiver.wait_for_spans(count=5, timeout=TIMEOUT)
+    spans = _wait_for_count(receiver, 5)
     _assert_turn(spans, ids, "acp-test-http")
-    assert receiver.export_counts["http"] >= 1 and receiver.export_counts["grpc"] == 0
+    assert receiver.export_count >= 1
 
 
 def test_http_gzip_export(receiver: OtlpReceiver) -> None:
     exporter = HttpSpanExporter(endpoint=receiver.http_traces_url, compression=Compression.Gzip)
     ids = _export_turn(exporter, "acp-test-gzip")
-    _assert_turn(receiver.wait_for_spans(count=5, timeout=TIMEOUT), ids, "acp-test-gzip")
-
-
-def test_grpc_export(receiver: OtlpReceiver) -> None:
-    assert receiver.grpc_endpoint.startswith("http://127.0.0.1:")
-    assert receiver.grpc_endpoint != receiver.http_endpoint
-    ids = _export_turn(GrpcSpanExporter(endpoint=receiver.grpc_endpoint, insecure=True), "acp-test-grpc")
-    spans = receiver.wait_for_spans(count=5, timeout=TIMEOUT)
-    _assert_turn(spans, ids, "acp-test-grpc")
-    assert receiver.export_counts["grpc"] >= 1 and receiver.export_counts["http"] == 0
+    _assert_turn(_wait_for_count(receiver, 5), ids, "acp-test-gzip")
 
 
 def _post(url: str, body: bytes, headers: dict[str, str]) -> tuple[int, str, bytes]:
@@ -196,48 +187,11 @@ JSON_BODY = {
 }
 
 
-def test_http_json_gzip_protobuf_and_deflate_bodies_decode_alike(receiver: OtlpReceiver) -> None:
-    body = json.dumps(JSON_BODY).encode()
-    status, content_type, payload = _post(receiver.http_traces_url, body, {"Content-Type": "application/json"})
-    assert (status, content_type, json.loads(payload)) == (200, "application/json", {})
-    status, _, _ = _post(
-        receiver.http_traces_url,
-        gzip.compress(body),
-        {"Content-Type": "application/json", "Content-Encoding": "gzip"},
-    )
-    assert status == 200
-    # The same request as protobuf, plain and deflate-compressed.
-    protobuf = parse_otlp_json(body).SerializeToString()
-    status, content_type, _ = _post(receiver.http_traces_url, protobuf, PROTOBUF)
-    assert (status, content_type) == (200, "application/x-protobuf")
-    status, _, _ = _post(receiver.http_traces_url, zlib.compress(protobuf), {**PROTOBUF, "Content-Encoding": "deflate"})
-    assert status == 200
-    spans = receiver.wait_for_spans(count=4, timeout=TIMEOUT)
-    assert len(spans) == 4
-    span = spans[0]
-    assert span.trace_id == JSON_TRACE_ID
-    assert (span.span_id, span.parent_span_id) == ("eee19b7ec3c1b174", "eee19b7ec3c1b173")
-    assert (span.name, span.kind, span.service_name, span.scope_name) == (
-        "session/new",
-        "CLIENT",
-        "json-client",
-        "hand-written",
-    )
-    assert span.attributes == {"n": 42, "list": ["x"]}
-    assert (span.status_code, span.status_message) == ("ERROR", "nope")
-    assert span.duration_ns == 1_000_000_000
-    # JSON, gzip JSON, protobuf and deflate protobuf all decode to exactly the same span.
-    assert spans[1] == span and spans[2] == span and spans[3] == span
-    assert receiver.export_counts["http"] == 4
-
-
 def test_http_rejects_bad_requests(receiver: OtlpReceiver) -> None:
     status, _, _ = _post(receiver.http_endpoint + "/v1/metrics", b"", {"Content-Type": "application/x-protobuf"})
     assert status == 404
     status, _, _ = _post(receiver.http_traces_url, b"\xff\xff\xff", {"Content-Type": "application/x-protobuf"})
     assert status == 400
-    status, _, _ = _post(receiver.http_traces_url, b"x", {"Content-Type": "text/plain"})
-    assert status == 415
     status, _, _ = _post(
         receiver.http_traces_url, b"not gzip", {"Content-Type": "application/x-protobuf", "Content-Encoding": "gzip"}
     )
@@ -247,181 +201,21 @@ def test_http_rejects_bad_requests(receiver: OtlpReceiver) -> None:
     status, content_type, _ = _post(receiver.http_traces_url, empty, {"Content-Type": "application/x-protobuf"})
     assert (status, content_type) == (200, "application/x-protobuf")
     assert receiver.spans() == []
-
-
-# --------------------------------------------------------------------------- HTTP connection handling
-
-
-def _port(receiver: OtlpReceiver) -> int:
-    return int(receiver.http_endpoint.rsplit(":", 1)[1])
-
-
-def _one_span_request(name: str) -> bytes:
-    """A protobuf ExportTraceServiceRequest holding one span called ``name``."""
-    doc = json.loads(json.dumps(JSON_BODY))
-    doc["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["name"] = name
-    return parse_otlp_json(doc).SerializeToString()
-
-
-def _send_unread_404(conn: http.client.HTTPConnection, body: bytes) -> None:
-    conn.request("POST", "/v1/metrics", body=body, headers=PROTOBUF)
-
-
-def _send_without_length(conn: http.client.HTTPConnection, body: bytes) -> None:
-    conn.putrequest("POST", "/v1/traces")
-    conn.putheader("Content-Type", "application/x-protobuf")
-    conn.endheaders()
-    conn.send(body)
-
-
-def _send_too_large(conn: http.client.HTTPConnection, body: bytes) -> None:
-    conn.putrequest("POST", "/v1/traces")
-    conn.putheader("Content-Type", "application/x-protobuf")
-    conn.putheader("Content-Length", str(MAX_BODY_BYTES + 1))
-    conn.endheaders()
-    conn.send(body)  # the start of the announced body; the receiver refuses before reading it
-
-
-def _send_bad_chunk(conn: http.client.HTTPConnection, body: bytes) -> None:
-    conn.putrequest("POST", "/v1/traces")
-    conn.putheader("Content-Type", "application/x-protobuf")
-    conn.putheader("Transfer-Encoding", "chunked")
-    conn.endheaders()
-    conn.send(b"zz\r\n" + body + b"\r\n0\r\n\r\n")
-
-
-@pytest.mark.parametrize(
-    ("send", "status"),
-    [(_send_unread_404, 404), (_send_without_length, 411), (_send_too_large, 413), (_send_bad_chunk, 400)],
-    ids=["404-wrong-path", "411-no-length", "413-too-large", "400-bad-chunk"],
-)
-def test_early_error_reply_closes_the_connection(
-    receiver: OtlpReceiver, send: Callable[[http.client.HTTPConnection, bytes], None], status: int
-) -> None:
-    # The refused request carries a real OTLP body: left unread on a kept-alive connection, it would be
-    # parsed as the next request line.
-    refused, accepted = _one_span_request("refused"), _one_span_request("accepted")
-    conn = http.client.HTTPConnection("127.0.0.1", _port(receiver), timeout=TIMEOUT)
+    # A body over the cap is refused before it is read.
+    host, port = receiver.http_endpoint.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=TIMEOUT)
     try:
-        send(conn, refused)
-        response = conn.getresponse()
-        response.read()
-        assert response.status == status
-        assert response.getheader("Connection") == "close"
-        # The same HTTPConnection object (it reconnects, as HTTP clients do after "Connection: close").
-        conn.request("POST", "/v1/traces", body=accepted, headers=PROTOBUF)
-        response = conn.getresponse()
-        response.read()
-        assert response.status == 200
+        conn.putrequest("POST", "/v1/traces")
+        conn.putheader("Content-Length", str(MAX_BODY_BYTES + 1))
+        conn.endheaders()
+        assert conn.getresponse().status == 413
     finally:
         conn.close()
-    assert [s.name for s in receiver.wait_for_spans(count=1, timeout=TIMEOUT)] == ["accepted"]
-    assert [s.name for s in receiver.spans()] == ["accepted"]
-
-
-def test_chunked_bodies_and_keep_alive(receiver: OtlpReceiver) -> None:
-    first, second = _one_span_request("first"), _one_span_request("second")
-    conn = http.client.HTTPConnection("127.0.0.1", _port(receiver), timeout=TIMEOUT)
-    try:
-        # Chunked (no Content-Length), in uneven pieces, and deflate-compressed in chunks.
-        pieces = [first[:5], first[5:7], first[7:]]
-        conn.request("POST", "/v1/traces", body=iter(pieces), headers=PROTOBUF, encode_chunked=True)
-        response = conn.getresponse()
-        response.read()
-        assert response.status == 200 and response.getheader("Connection") != "close"
-        sock = conn.sock
-        packed = zlib.compress(second)
-        conn.request(
-            "POST",
-            "/v1/traces",
-            body=iter([packed[:3], packed[3:]]),
-            headers={**PROTOBUF, "Content-Encoding": "deflate"},
-            encode_chunked=True,
-        )
-        response = conn.getresponse()
-        response.read()
-        assert response.status == 200
-        assert conn.sock is sock  # both requests went over one kept-alive connection
-    finally:
-        conn.close()
-    assert [s.name for s in receiver.wait_for_spans(count=2, timeout=TIMEOUT)] == ["first", "second"]
-
-
-@pytest.mark.parametrize("reset", [True, False], ids=["reset", "closed"])
-def test_client_gone_mid_body_is_silent(capfd: pytest.CaptureFixture[str], reset: bool) -> None:
-    complete = _one_span_request("truncated")
-    with OtlpReceiver(enable_grpc=False) as r:
-        sock = socket.create_connection(("127.0.0.1", _port(r)), timeout=TIMEOUT)
-        # The whole (valid) message, but announced as longer: the receiver must not decode the part it got.
-        sock.sendall(
-            b"POST /v1/traces HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-protobuf\r\n"
-            + f"Content-Length: {len(complete) + 100}\r\n\r\n".encode()
-            + complete
-        )
-        time.sleep(0.2)  # let the receiver start reading the body
-        if reset:  # an RST instead of a FIN: the receiver's read fails with ConnectionResetError
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        sock.close()
-        # The receiver keeps serving.
-        status, _, _ = _post(r.http_traces_url, _one_span_request("after"), PROTOBUF)
-        assert status == 200
-        assert [s.name for s in r.wait_for_spans(count=1, timeout=TIMEOUT)] == ["after"]
-    # stop() has waited for the connection threads, so anything they printed is captured by now.
-    assert [s.name for s in r.spans()] == ["after"]
-    captured = capfd.readouterr()
-    assert captured.err == "" and captured.out == ""
-
-
-def _connection_threads(port: int) -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.is_alive() and t.name == f"otlp-http-receiver-{port}-conn"]
-
-
-def test_stop_ends_open_connections() -> None:
-    r = OtlpReceiver(enable_grpc=False).start()
-    port = _port(r)
-    idle = http.client.HTTPConnection("127.0.0.1", port, timeout=TIMEOUT)
-    stalled = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT)
-    try:
-        # A kept-alive connection waiting for its next request, and one stuck in the middle of its headers.
-        idle.request("POST", "/v1/traces", body=_one_span_request("one"), headers=PROTOBUF)
-        response = idle.getresponse()
-        response.read()
-        assert response.status == 200
-        stalled.sendall(b"POST /v1/traces HTTP/1.1\r\nHost: 127.0.0.1\r\n")
-        deadline = time.monotonic() + TIMEOUT
-        while len(_connection_threads(port)) < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert len(_connection_threads(port)) == 2
-
-        started = time.monotonic()
-        r.stop()
-        assert time.monotonic() - started < 3  # the threads were ended, not waited out
-        deadline = time.monotonic() + 2
-        while _connection_threads(port) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert _connection_threads(port) == []
-    finally:
-        idle.close()
-        stalled.close()
-        r.stop()
-
-
-def test_single_protocol_modes() -> None:
-    with OtlpReceiver(enable_grpc=False) as http_only:
-        assert http_only.http_endpoint.startswith("http://127.0.0.1:")
-        with pytest.raises(RuntimeError):
-            _ = http_only.grpc_endpoint
-    with OtlpReceiver(enable_http=False) as grpc_only:
-        assert grpc_only.grpc_endpoint.startswith("http://127.0.0.1:")
-        with pytest.raises(RuntimeError):
-            _ = grpc_only.http_endpoint
-    with pytest.raises(ValueError):
-        OtlpReceiver(enable_http=False, enable_grpc=False)
 
 
 def test_stop_is_idempotent_and_endpoints_go_away() -> None:
-    r = OtlpReceiver(enable_grpc=False).start()
-    port = _port(r)
+    r = OtlpReceiver().start()
+    port = int(r.http_endpoint.rsplit(":", 1)[1])
     socket.create_connection(("127.0.0.1", port), timeout=2).close()  # listening while running
     r.stop()
     r.stop()
@@ -435,32 +229,30 @@ def test_stop_is_idempotent_and_endpoints_go_away() -> None:
 def test_wait_for_times_out_and_wakes_up(receiver: OtlpReceiver) -> None:
     started = time.monotonic()
     with pytest.raises(TimeoutError):
-        receiver.wait_for_spans(count=1, timeout=0.3)
+        receiver.wait_for(lambda spans: len(spans) >= 1, timeout=0.3)
     assert time.monotonic() - started < 5
 
-    # A waiter blocked before the export arrives is woken up when it does.
-    body = json.dumps(JSON_BODY).encode()
-    timer = threading.Timer(0.2, _post, args=(receiver.http_traces_url, body, {"Content-Type": "application/json"}))
+    # A waiter blocked before the export arrives is woken up when it does; the hand-written request decodes
+    # field by field.
+    body = parse_otlp_json(json.dumps(JSON_BODY)).SerializeToString()
+    timer = threading.Timer(0.2, _post, args=(receiver.http_traces_url, body, PROTOBUF))
     timer.start()
     try:
-        spans = receiver.wait_for_spans(count=1, name="session/new", timeout=TIMEOUT)
+        spans = _wait_for_count(receiver, 1)
     finally:
         timer.join()
-    assert [s.name for s in spans] == ["session/new"]
-    assert receiver.wait_for(lambda ss: any(s.is_error for s in ss), timeout=1)[0].status_message == "nope"
-
-
-def test_traces_grouping_and_clear(receiver: OtlpReceiver) -> None:
-    ids = _export_turn(HttpSpanExporter(endpoint=receiver.http_traces_url), "acp-test-group")
-    receiver.wait_for_spans(count=5, timeout=TIMEOUT)
-    traces = receiver.traces()
-    assert set(traces) == {ids["trace"], ids["warm_trace"]}
-    turn = traces[ids["trace"]]
-    assert len(turn) == 4
-    assert turn == sorted(turn, key=lambda s: s.start_time_unix_nano)
-    assert [s.span_id for s in receiver.spans(trace_id=ids["warm_trace"].upper())] == [ids["warm"]]
-    receiver.clear()
-    assert receiver.spans() == [] and receiver.traces() == {} and receiver.resource_spans() == []
+    span = spans[0]
+    assert (span.trace_id, span.span_id, span.parent_span_id) == (JSON_TRACE_ID, "eee19b7ec3c1b174", "eee19b7ec3c1b173")
+    assert (span.name, span.kind, span.service_name, span.scope_name) == (
+        "session/new",
+        "CLIENT",
+        "json-client",
+        "hand-written",
+    )
+    assert span.attributes == {"n": 42, "list": ["x"]}
+    assert (span.status_code, span.status_message, span.is_error) == ("ERROR", "nope", True)
+    assert span.duration_ns == 1_000_000_000
+    assert receiver.export_count == 1
 
 
 CHILD_SCRIPT = textwrap.dedent(
@@ -471,10 +263,7 @@ CHILD_SCRIPT = textwrap.dedent(
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    if os.environ["OTEL_EXPORTER_OTLP_PROTOCOL"] == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-    else:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
     # No endpoint argument: the exporter must find the receiver through the environment alone.
     provider = TracerProvider(resource=Resource.create())
@@ -489,27 +278,21 @@ CHILD_SCRIPT = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
-def test_subprocess_exports_via_environment(receiver: OtlpReceiver, protocol: str) -> None:
+def test_subprocess_exports_via_environment(receiver: OtlpReceiver) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    env.update(receiver.exporter_env(protocol))
+    env.update(receiver.exporter_env())
     env["OTEL_SERVICE_NAME"] = "acp-subprocess"
-    assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == (
-        receiver.grpc_endpoint if protocol == "grpc" else receiver.http_endpoint
-    )
     result = subprocess.run(
         [sys.executable, "-c", CHILD_SCRIPT], env=env, capture_output=True, text=True, timeout=60, check=False
     )
     assert result.returncode == 0, result.stderr
     trace_id = result.stdout.strip()
-    spans = receiver.wait_for_spans(count=2, trace_id=trace_id, timeout=TIMEOUT)
+    spans = receiver.wait_for(lambda spans: len([s for s in spans if s.trace_id == trace_id]) >= 2, TIMEOUT)
     by_name = {s.name: s for s in spans}
     assert by_name["child-leaf"].parent_span_id == by_name["child-root"].span_id
     assert by_name["child-root"].kind == "CLIENT"
     assert by_name["child-leaf"].attributes["pid"] > 0
     assert {s.service_name for s in spans} == {"acp-subprocess"}
-    transport = "grpc" if protocol == "grpc" else "http"
-    assert receiver.export_counts[transport] >= 1
 
 
 # --------------------------------------------------------------------------- OTLP JSON files
@@ -517,7 +300,7 @@ def test_subprocess_exports_via_environment(receiver: OtlpReceiver, protocol: st
 
 def test_otlp_json_file_round_trip(receiver: OtlpReceiver, tmp_path: Path) -> None:
     ids = _export_turn(HttpSpanExporter(endpoint=receiver.http_traces_url), "acp-test-json")
-    receiver.wait_for_spans(count=5, timeout=TIMEOUT)
+    _wait_for_count(receiver, 5)
 
     path = tmp_path / "trace.jsonl"
     written = write_otlp_json(receiver.resource_spans(), path, trace_id=ids["trace"])

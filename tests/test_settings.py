@@ -9,7 +9,8 @@ def test_defaults() -> None:
     settings = load_settings({}, {})
     assert settings == Settings()
     assert not settings.capture_content and not settings.keep_sdk_spans
-    assert settings.notification_spans == "all" and settings.inject and settings.propagate_env
+    assert settings.notification_spans == "turn" and settings.inject and settings.propagate_env
+    assert settings.tool_spans == "auto"
 
 
 def test_environment() -> None:
@@ -20,8 +21,10 @@ def test_environment() -> None:
         "OTEL_PYTHON_ACP_KEEP_SDK_SPANS": "1",
         "OTEL_PYTHON_ACP_NOTIFICATION_SPANS": "Events",
         "OTEL_PYTHON_ACP_INJECT": "false",
+        "OTEL_PYTHON_ACP_TOOL_SPANS": " Never",
     }
     s = load_settings({}, env)
+    assert s.tool_spans == "never"
     assert s.excluded_methods("session/update") and s.excluded_methods("fs/read_text_file")
     assert not s.excluded_methods("session/prompt")
     assert s.capture_content and s.capture_content_max_length == 64 and s.keep_sdk_spans
@@ -40,6 +43,7 @@ def test_invalid_values_use_defaults(caplog) -> None:
         "OTEL_PYTHON_ACP_CAPTURE_CONTENT_MAX_LENGTH": "lots",
         "OTEL_PYTHON_ACP_NOTIFICATION_SPANS": "some",
         "OTEL_PYTHON_ACP_MAX_EVENTS_PER_SPAN": "0",
+        "OTEL_PYTHON_ACP_TOOL_SPANS": "sometimes",
     }
     s = load_settings({"excluded_methods": 42, "unknown_option": 1}, env)
     assert s == Settings()

@@ -69,7 +69,8 @@ async def test_uninstrument_leaves_nothing_behind(provider: TracerProvider, expo
         assert len(changed) == len(instrumentor._state.patches) >= 7  # connection hooks, receive loop, spawn
         assert _logger_filters() != filters
         assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
-        assert _our_attributes(p.client_conn) and _our_attributes(p.agent_conn)
+        engine = instrumentor._state.engine
+        assert engine is not None and engine._peers  # what it knows of the connections lives in the engine
     finally:
         instrumentor.uninstrument()
 
@@ -79,6 +80,7 @@ async def test_uninstrument_leaves_nothing_behind(provider: TracerProvider, expo
     assert _logger_filters() == filters
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
     assert _our_attributes(p.client_conn) == [] and _our_attributes(p.agent_conn) == []
+    assert not engine._peers  # and is forgotten (Engine.shutdown)
     # The connections built while instrumented keep working, untraced and without trace context.
     exporter.clear()
     await _round_trip(p)

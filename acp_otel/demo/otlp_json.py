@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from google.protobuf import json_format
@@ -31,7 +31,7 @@ __all__ = [
 _ID_KEYS = frozenset({"traceId", "spanId", "parentSpanId"})
 
 
-def _rewrite_ids(node: Any, convert: Any) -> Any:
+def _rewrite_ids(node: Any, convert: Callable[[str], str]) -> Any:
     if isinstance(node, dict):
         return {
             key: convert(value) if key in _ID_KEYS and isinstance(value, str) else _rewrite_ids(value, convert)
@@ -82,7 +82,8 @@ def resource_spans_to_otlp_json(resource_spans: Iterable[ResourceSpans]) -> dict
     """Build the OTLP/JSON object ``{"resourceSpans": [...]}`` (hex ids, integer enums, int64 as strings)."""
     # Converted one by one: wrapping them in a TracesData would copy every message.
     as_dict = {"resourceSpans": [json_format.MessageToDict(rs, use_integers_for_enums=True) for rs in resource_spans]}
-    return _rewrite_ids(as_dict, _b64_to_hex)
+    rewritten: dict[str, Any] = _rewrite_ids(as_dict, _b64_to_hex)
+    return rewritten
 
 
 def write_otlp_json(

@@ -1,9 +1,10 @@
 """``acp-otel demo``: run the example client and agent, both traced, and show the joined trace.
 
-The example client (``examples/client.py``) runs in a subprocess under ``opentelemetry-instrument``
+The example client (``client.py`` of :mod:`acp_otel.demo.examples`, shipped in the package; the
+repository's ``examples/`` links to it) runs in a subprocess under ``opentelemetry-instrument``
 with service name ``acp-example-client`` and exports OTLP/HTTP; it spawns the example agent through
 the SDK, and acp-otel hands the agent the OpenTelemetry configuration with service name ``agent``
-(derived from ``python examples/agent.py``). The client runs inside one root span ``acp-otel demo``
+(derived from ``python .../agent.py``). The client runs inside one root span ``acp-otel demo``
 (see :mod:`acp_otel.demo.traced_client`), so the whole run is one trace.
 
 * Without ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or ``..._TRACES_ENDPOINT``), both processes export to an
@@ -41,6 +42,7 @@ EXCERPT_FALLBACK_LINES = 12
 # retries that may still succeed.
 EXPORT_FAILURE_MARKERS = ("Failed to export", "aborting retry")
 EXPORT_RETRY_MARKER = "Transient error"
+PACKAGED_EXAMPLES = Path(__file__).resolve().parent / "examples"
 
 
 class DemoError(Exception):
@@ -73,7 +75,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--examples",
         type=Path,
         default=defaults.examples,
-        help="directory with client.py and agent.py (default: the repo's)",
+        help="directory with client.py and agent.py (default: the examples shipped in acp_otel.demo.examples)",
     )
     parser.add_argument("--width", type=int, default=defaults.width, help="waterfall width (default: terminal width)")
     parser.add_argument(
@@ -86,7 +88,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--timeout", type=float, default=defaults.timeout, help="seconds the client may run (default: %(default)s)"
     )
     parser.add_argument(
-        "client_args", nargs=argparse.REMAINDER, help="arguments for examples/client.py, after -- (e.g. -- --reject)"
+        "client_args", nargs=argparse.REMAINDER, help="arguments for the example client, after -- (e.g. -- --reject)"
     )
 
 
@@ -109,18 +111,17 @@ def options_from_args(args: argparse.Namespace) -> DemoOptions:
 
 
 def find_examples(explicit: Path | None = None) -> Path:
-    """The directory holding the example ``client.py`` and ``agent.py``; :class:`DemoError` if absent."""
-    candidates = [explicit] if explicit is not None else []
-    if explicit is None:
-        package_dir = Path(__file__).resolve().parent.parent  # acp_otel/
-        candidates += [package_dir.parent / "examples", Path.cwd() / "examples"]
-    for candidate in candidates:
-        if (candidate / "client.py").is_file() and (candidate / "agent.py").is_file():
-            return candidate.resolve()
-    where = ", ".join(str(c) for c in candidates)
+    """The directory holding the example ``client.py`` and ``agent.py``; :class:`DemoError` if absent.
+
+    By default the copies shipped in the package (:mod:`acp_otel.demo.examples`), so the demo runs from
+    a plain ``pip install`` as from a source checkout.
+    """
+    candidate = explicit if explicit is not None else PACKAGED_EXAMPLES
+    if (candidate / "client.py").is_file() and (candidate / "agent.py").is_file():
+        return candidate.resolve()
     raise DemoError(
-        f"the example client and agent were not found (looked for client.py and agent.py in {where}). "
-        "The demo runs from a source checkout (pip install -e .), or pass --examples DIR."
+        f"the example client and agent were not found (looked for client.py and agent.py in {candidate})"
+        + ("" if explicit is not None else "; the acp-otel installation is incomplete, reinstall it")
     )
 
 
@@ -142,10 +143,7 @@ def find_opentelemetry_instrument() -> str:
 def check_requirements() -> None:
     """Fail early and clearly when the ACP SDK or the OTLP exporter is missing."""
     if importlib.util.find_spec("acp") is None:
-        raise DemoError(
-            "the ACP Python SDK is not installed (import acp failed): pip install 'acp-otel[instruments]' "
-            "or pip install agent-client-protocol"
-        )
+        raise DemoError("the ACP Python SDK is not installed (import acp failed): pip install agent-client-protocol")
     if importlib.util.find_spec("opentelemetry.exporter.otlp.proto.http") is None:
         raise DemoError("the OTLP/HTTP exporter is not installed: pip install opentelemetry-exporter-otlp")
 
@@ -195,9 +193,9 @@ def run_client(
     env: dict[str, str],
     client_args: tuple[str, ...],
     timeout: float,
-    cwd: Path | None = None,
 ) -> ClientRun:
-    """Run ``examples/client.py`` under ``instrument`` (``opentelemetry-instrument``) inside the demo's root span."""
+    """Run ``client.py`` from ``examples`` under ``instrument`` (``opentelemetry-instrument``) inside the demo's
+    root span, in the caller's working directory (the session's ``cwd``)."""
     with tempfile.TemporaryDirectory(prefix="acp-otel-demo-") as tmp:
         trace_id_file = Path(tmp) / "trace-id"
         command = [
@@ -217,7 +215,6 @@ def run_client(
             done = subprocess.run(
                 command,
                 env=env,
-                cwd=str(cwd or examples.parent),
                 stdin=subprocess.DEVNULL,
                 capture_output=True,
                 text=True,
@@ -336,22 +333,22 @@ def _run_with_receiver(
     options: DemoOptions, instrument: str, examples: Path, width: int, color: bool, out: TextIO
 ) -> int:
     from acp_otel.demo.otlp_json import write_otlp_json
-    from acp_otel.demo.receiver import OtlpReceiver
+    from acp_otel.demo.receiver import OtlpReceiver, ReceivedSpan
     from acp_otel.demo.waterfall import render_waterfall, summary_line
 
-    with OtlpReceiver(enable_grpc=False) as receiver:
+    with OtlpReceiver() as receiver:
         print(
             f"acp-otel demo: example client and agent, exporting OTLP/HTTP to an embedded receiver at "
             f"{receiver.http_endpoint}",
             file=out,
         )
         print(file=out)
-        env = client_environment(dict(os.environ), receiver.exporter_env("http/protobuf"))
+        env = client_environment(dict(os.environ), receiver.exporter_env())
         run = run_client(instrument, examples, env, options.client_args, options.timeout)
         _check_client(run)
         _print_client_output(run, width, out)
 
-        def complete(spans: list) -> bool:
+        def complete(spans: list[ReceivedSpan]) -> bool:
             mine = [s for s in spans if s.trace_id == run.trace_id]
             return any(not s.parent_span_id for s in mine) and len({s.service_name for s in mine}) >= 2
 

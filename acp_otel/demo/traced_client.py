@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         trace_id = f"{span_context.trace_id:032x}" if span_context.is_valid else ""
         args.trace_id_file.write_text(trace_id + "\n", encoding="utf-8")
         result = client.main(client_args)
-        code = asyncio.run(result) if inspect.isawaitable(result) else result
+        code = asyncio.run(result) if inspect.iscoroutine(result) else result
         code = int(code or 0)
         if code != 0:
             span.set_status(Status(StatusCode.ERROR, f"example client exited with status {code}"))

@@ -174,6 +174,11 @@ def _update(kind: Any, **fields: Any) -> dict[str, Any]:
     return _note("session/update", {"sessionId": "s-1", "update": {"sessionUpdate": kind, **fields}})
 
 
+def _tool_update(update_kind: str, **fields: Any) -> dict[str, Any]:
+    """A ``tool_call`` / ``tool_call_update`` whose fields may include the ACP ``kind``."""
+    return _note("session/update", {"sessionId": "s-1", "update": {"sessionUpdate": update_kind, **fields}})
+
+
 TP = {"traceparent": TP_VALID}
 
 # Malformed messages, ids, params and methods (each with and without trace context where it matters).
@@ -403,6 +408,22 @@ OUTGOING_ANSWERS: list[Answer] = [
     Answer("garbage-then-answer", lambda q: ["not json", "[]"]),
     Answer("answer-with-method", lambda q: [_r(q["id"], method="x/y", result={"v": 1})]),
     Answer("answer-missing-jsonrpc", lambda q: [{"id": q["id"], "result": {"v": "no version"}}]),
+    # An untraced agent streaming hostile tool calls and usage inside the turn (the client makes tool spans).
+    Answer(
+        "hostile-tool-updates",
+        lambda q: [
+            _tool_update("tool_call", toolCallId="t1", kind="read", status="pending"),
+            _tool_update("tool_call_update", toolCallId="t1", status="failed"),
+            _tool_update("tool_call_update", toolCallId="t1", status="completed"),
+            _tool_update("tool_call", toolCallId="t1", kind="read", status="pending"),
+            _tool_update("tool_call", toolCallId=["x"], kind={"a": 1}, status=None),
+            _tool_update("tool_call_update", toolCallId="ghost", status={"s": 1}, name=7),
+            _tool_update("tool_call", toolCallId="t2", name="n" * 5000, kind="_vendor"),
+            _update("agent_message_chunk", content={"type": "text", "text": "x"}),
+            _update("state_update", state="idle", usage={"inputTokens": -1, "outputTokens": "x"}),
+            _r(q["id"], result={"stopReason": ["x"], "usage": {"inputTokens": "many", "outputTokens": 2**70}}),
+        ],
+    ),
 ]
 
 
@@ -423,6 +444,7 @@ def outgoing_calls() -> dict[str, tuple[str, Callable[[Any], Any]]]:
         "client:meta-list": ("client", raw("session/new", {"cwd": "/", "_meta": [1]})),
         "client:meta-caller-traceparent": ("client", raw("_vendor.dev/x", {"_meta": {"traceparent": "mine", "k": 1}})),
         "client:protocol-method": ("client", raw("$/ping", {"x": 1})),
+        "client:session/prompt": ("client", raw("session/prompt", {"sessionId": "s-1", "prompt": []})),
         "agent:request_permission": ("agent", raw("session/request_permission", {"sessionId": "s", "options": []})),
         "agent:ext": ("agent", lambda conn: conn.ext_method("vendor.dev/q", {"a": 1, "_meta": {"k": "v"}})),
     }

@@ -1,0 +1,122 @@
+"""The metric instruments of the agent layer, and the bounding of their attribute values.
+
+Histograms in seconds with explicit bucket boundaries (an advisory the SDK applies unless a View says
+otherwise): the SDK's default boundaries are sized for milliseconds, agents work in seconds to minutes.
+Every attribute value is from a bounded set: never a session, request or tool call id, never content.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from opentelemetry import metrics
+
+from . import semconv as sc
+
+# mcp.client/server.operation.duration's boundaries (MCP semantic conventions).
+REQUEST_BUCKETS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+# A turn: a second to an hour (long agentic turns with permission prompts).
+TURN_BUCKETS = (0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0)
+# A tool call includes the user's permission decision: tens of ms to half an hour.
+TOOL_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
+FIRST_CHUNK_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0)
+# gen_ai.client.token.usage's boundaries (GenAI semantic conventions).
+TOKEN_BUCKETS = tuple(float(4**i) for i in range(14))
+
+# Extension method names kept as they are in metric attributes, per engine; later ones are _OTHER.
+MAX_EXTENSION_METHODS = 32
+# Agent names kept per engine (an agent name comes from the peer): later ones are _OTHER.
+MAX_AGENT_NAMES = 16
+
+
+class Bounded:
+    """Maps values to themselves while fewer than ``limit`` distinct ones were seen, then to ``_OTHER``."""
+
+    __slots__ = ("_known", "_limit", "_seen")
+
+    def __init__(self, limit: int, known: frozenset[str] = frozenset()) -> None:
+        self._known = known
+        self._limit = limit
+        self._seen: set[str] = set()
+
+    def __call__(self, value: Any) -> str:
+        if type(value) is not str:
+            return sc.OTHER
+        if value in self._known or value in self._seen:
+            return value
+        if len(self._seen) < self._limit:
+            self._seen.add(value)
+            return value
+        return sc.OTHER
+
+
+class Instruments:
+    """The histograms the engine records, created once from one meter."""
+
+    def __init__(self, meter: metrics.Meter) -> None:
+        self.client_duration = meter.create_histogram(
+            sc.METRIC_CLIENT_OPERATION_DURATION,
+            unit="s",
+            description="Duration of ACP requests this process sent, until the response arrived.",
+            explicit_bucket_boundaries_advisory=REQUEST_BUCKETS,
+        )
+        self.server_duration = meter.create_histogram(
+            sc.METRIC_SERVER_OPERATION_DURATION,
+            unit="s",
+            description="Duration of ACP requests this process handled, until the response was ready.",
+            explicit_bucket_boundaries_advisory=REQUEST_BUCKETS,
+        )
+        self.turn_duration = meter.create_histogram(
+            sc.METRIC_INVOKE_AGENT_DURATION,
+            unit="s",
+            description="Duration of an ACP prompt turn (session/prompt; on ACP v2 until the idle state).",
+            explicit_bucket_boundaries_advisory=TURN_BUCKETS,
+        )
+        self.tool_duration = meter.create_histogram(
+            sc.METRIC_EXECUTE_TOOL_DURATION,
+            unit="s",
+            description="Duration of an ACP tool call, from its first tool_call update to completed/failed.",
+            explicit_bucket_boundaries_advisory=TOOL_BUCKETS,
+        )
+        self.first_chunk = meter.create_histogram(
+            sc.METRIC_TIME_TO_FIRST_CHUNK,
+            unit="s",
+            description="Time from the start of a turn to its first agent message or thought chunk.",
+            explicit_bucket_boundaries_advisory=FIRST_CHUNK_BUCKETS,
+        )
+        self.token_usage = meter.create_histogram(
+            sc.METRIC_TOKEN_USAGE,
+            unit="{token}",
+            description="Tokens a turn used, as the agent reported them (input and output).",
+            explicit_bucket_boundaries_advisory=TOKEN_BUCKETS,
+        )
+        extension = Bounded(MAX_EXTENSION_METHODS)
+        self._agent_name = Bounded(MAX_AGENT_NAMES)
+
+        def method(name: str) -> str:
+            if name in sc.STANDARD_METHODS:
+                return name
+            return extension(name) if sc.is_extension(name) else sc.OTHER
+
+        self.method_name = method
+        self.stop_reason = Bounded(
+            8, frozenset(("end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"))
+        )
+        self.error_type = Bounded(32)
+
+    def agent_attributes(self, name: Any) -> dict[str, str]:
+        """``{gen_ai.agent.name: bounded name}``, or nothing when the agent did not say its name."""
+        return {sc.GEN_AI_AGENT_NAME: self._agent_name(name)} if type(name) is str else {}
+
+    @staticmethod
+    def tool_kind(kind: Any) -> str:
+        return kind if type(kind) is str and kind in sc.TOOL_KINDS else sc.OTHER
+
+
+def make_instruments(meter_provider: metrics.MeterProvider | None, version: str) -> Instruments | None:
+    """Instruments from ``meter_provider`` (the global one when ``None``); ``None`` if that fails."""
+    try:
+        meter = metrics.get_meter("acp_otel", version, meter_provider, schema_url=sc.SCHEMA_URL)
+        return Instruments(meter)
+    except Exception:  # a broken provider must not stop tracing
+        return None

@@ -1,0 +1,87 @@
+"""Copy one direction of an NDJSON stream from a file descriptor to another, line by line, bounded.
+
+Blocking reads and writes on raw descriptors, one thread per direction: a full destination pipe
+blocks the writer, which stops reading, which fills the source pipe and blocks the sender. That is
+the whole backpressure story, with at most one line (up to ``max_line_bytes``) and one read chunk
+held in memory. A line longer than the cap is not traced: what is buffered is written out and the
+rest of that line is copied chunk by chunk as it arrives.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+CHUNK_BYTES = 64 * 1024
+
+# What a line handler returns: the bytes to forward in place of the line (without its newline), and
+# a callback to run once they are written (or ``None``).
+Handled = tuple[bytes, "Callable[[], None] | None"]
+LineHandler = Callable[[bytes], Handled]
+
+
+def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
+    """Write every byte (``os.write`` may write less than asked on a pipe)."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def pump(src: int, dst: int, handle: LineHandler | None, max_line_bytes: int) -> None:
+    """Relay ``src`` to ``dst`` until end of input; ``handle`` may rewrite each complete line.
+
+    Without a handler the bytes are copied as read. A final line without newline is handled and
+    forwarded without one. Raises ``OSError`` when ``dst`` is gone (the caller decides what that means).
+    """
+    if handle is None:
+        while data := os.read(src, CHUNK_BYTES):
+            write_all(dst, data)
+        return
+    buffered = bytearray()  # the start of a line whose newline has not arrived yet
+    streaming = False  # inside a line longer than the cap, copied untraced
+    while data := os.read(src, CHUNK_BYTES):
+        start = 0
+        if streaming:
+            newline = data.find(b"\n")
+            if newline < 0:
+                write_all(dst, data)
+                continue
+            start = newline + 1
+            write_all(dst, data[:start])
+            streaming = False
+        out: list[bytes] = []
+        after: list[Callable[[], None]] = []
+        while (newline := data.find(b"\n", start)) >= 0:
+            if buffered:
+                buffered += data[start:newline]
+                line = bytes(buffered)
+                buffered.clear()
+            else:
+                line = data[start:newline]
+            start = newline + 1
+            if len(line) > max_line_bytes:
+                out.append(line)
+            else:
+                forward, done = handle(line)
+                out.append(forward)
+                if done is not None:
+                    after.append(done)
+            out.append(b"\n")
+        rest = data[start:]
+        if len(buffered) + len(rest) > max_line_bytes:
+            out.append(bytes(buffered))
+            out.append(rest)
+            buffered.clear()
+            streaming = True
+        else:
+            buffered += rest
+        if out:
+            write_all(dst, b"".join(out))
+        for done in after:
+            done()
+    if buffered:
+        forward, done = handle(bytes(buffered))
+        write_all(dst, forward)
+        if done is not None:
+            done()

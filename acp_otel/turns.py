@@ -1,0 +1,384 @@
+"""The agent level: prompt turns, their streamed updates and their tool calls, on plain ACP dicts.
+
+The engine hands every ``session/update`` of a session with a turn in flight to :meth:`TurnLayer.on_update`
+(whichever side and adapter saw it). A turn counts its chunks per kind and the time to the first agent
+chunk; each ``toolCallId`` becomes one ``execute_tool {name}`` span, child of the turn, when this side
+makes tool spans; other updates become events. Nothing here raises into the caller: the engine wraps
+every call.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+
+from . import semconv as sc
+from .metrics import Instruments
+from .settings import Settings
+
+# A hostile agent can invent endless tool call ids: at most this many open per turn, and this many
+# finished ids remembered (so that an update after completed/failed does not open a second span).
+MAX_OPEN_TOOLS = 256
+MAX_CLOSED_TOOLS = 1024
+_MAX_NAME = 128  # characters of a tool name kept in span names and attributes
+
+_CHUNK_ATTRIBUTES = {kind: sc.ACP_TURN_CHUNK_COUNT_PREFIX + kind for kind in sc.CHUNK_KINDS}
+_TOOL_UPDATES = frozenset(("tool_call", "tool_call_update"))
+_FINAL_STATUSES = frozenset(("completed", "failed"))
+
+
+def truncate(value: Any, limit: int) -> str:
+    """``value`` as text (JSON for non-strings), at most ``limit`` characters."""
+    try:
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    except Exception:
+        text = repr(value)
+    return text if len(text) <= limit else text[:limit]
+
+
+class ToolCall:
+    """One open tool call: its span and what its metric needs."""
+
+    __slots__ = ("context", "events", "kind", "span", "started", "status", "updates")
+
+    def __init__(self, span: Span, context: Context, kind: str | None, status: str | None) -> None:
+        self.span = span
+        self.context = context
+        self.kind = kind
+        self.status = status
+        self.started = time.monotonic()
+        self.updates = 0
+        self.events = 0
+
+
+class Turn:
+    """One prompt turn of one session on one connection."""
+
+    __slots__ = (
+        "agent",
+        "chunks",
+        "closed_tools",
+        "context",
+        "dropped",
+        "ended",
+        "error_type",
+        "events",
+        "first_chunk",
+        "own_span",
+        "request",
+        "session_id",
+        "span",
+        "started",
+        "stop_reason",
+        "tools",
+        "updates",
+        "usage",
+    )
+
+    def __init__(self, span: Span, context: Context, session_id: str, own_span: bool, agent: Any) -> None:
+        self.span = span
+        self.context = context  # children (tool spans, fallback parents) start here
+        self.session_id = session_id
+        self.own_span = own_span  # ACP v2: a span of its own, beside the session/prompt request span
+        self.agent = agent  # gen_ai.agent.name, for metrics
+        self.started = time.monotonic()
+        self.first_chunk: float | None = None
+        self.chunks: dict[str, int] = {}
+        self.updates = 0
+        self.events = 0
+        self.dropped = 0
+        self.tools: dict[str, ToolCall] = {}
+        self.closed_tools: set[str] = set()
+        self.stop_reason: str | None = None
+        self.error_type: str | None = None
+        self.usage: dict[str, int] = {}
+        self.ended = False
+        self.request: Any = None  # v1: the engine's call for the session/prompt span (the turn)
+
+    def tool_context(self, tool_call_id: Any) -> Context | None:
+        """The context of the open tool call ``tool_call_id`` names, if any."""
+        tool = self.tools.get(tool_call_id) if type(tool_call_id) is str else None
+        return tool.context if tool is not None else None
+
+
+class TurnLayer:
+    """Starts and ends turn and tool spans, counts chunks, records the agent-level metrics."""
+
+    def __init__(self, tracer: trace.Tracer, settings: Settings, instruments: Instruments | None) -> None:
+        self._tracer = tracer
+        self._settings = settings
+        self._instruments = instruments
+        mode = settings.notification_spans
+        self._turn_events = mode == "turn"  # non-chunk updates become events, kind only
+        self._all_events = mode == "events"  # every update becomes an event (the older mode)
+        self._capture = settings.capture_content
+        self._max_len = settings.capture_content_max_length
+        self._max_events = settings.max_events_per_span
+
+    # ------------------------------------------------------------------ turns
+
+    def start(self, request_span: Span | None, parent: Context, session_id: str, facts: dict[str, Any]) -> Turn:
+        """A turn for a session/prompt: its ``request_span`` (ACP v1, started under ``parent``), or, when
+        ``request_span`` is None (ACP v2, where ``session/prompt`` answers when the prompt is accepted), an
+        INTERNAL span ``invoke_agent [agent]`` of its own under ``parent``, ending at the ``idle`` state.
+        """
+        agent = facts.get(sc.ACP_AGENT_NAME)
+        if request_span is not None:
+            return Turn(request_span, trace.set_span_in_context(request_span, parent), session_id, False, agent)
+        attributes: dict[str, Any] = {
+            sc.GEN_AI_OPERATION_NAME: sc.INVOKE_AGENT,
+            sc.ACP_SESSION_ID: session_id,
+            sc.GEN_AI_CONVERSATION_ID: session_id,
+        }
+        attributes.update(facts)
+        agent_attributes(attributes, facts)
+        name = f"{sc.ACP_TURN_SPAN_NAME} {agent}" if type(agent) is str else sc.ACP_TURN_SPAN_NAME
+        span = self._tracer.start_span(name, context=parent, kind=SpanKind.INTERNAL, attributes=attributes)
+        return Turn(span, trace.set_span_in_context(span, parent), session_id, True, agent)
+
+    def end(self, turn: Turn, ended_by: str | None = None) -> None:
+        """End the turn's open tool calls (marked), annotate the turn span, record the turn metrics.
+
+        A v2 turn span is ended here; a v1 turn's span is the request span, which the engine ends.
+        """
+        if turn.ended:
+            return
+        turn.ended = True
+        self.end_tools(turn, ended_by or sc.ENDED_BY_TURN)
+        span = turn.span
+        now = time.monotonic()
+        if span.is_recording():
+            attributes: dict[str, Any] = {_CHUNK_ATTRIBUTES[k]: n for k, n in turn.chunks.items()}
+            if turn.first_chunk is not None:
+                attributes[sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = turn.first_chunk - turn.started
+            if turn.updates:
+                attributes[sc.ACP_SESSION_UPDATE_COUNT] = turn.updates
+            if turn.dropped:
+                attributes[sc.ACP_SESSION_UPDATE_DROPPED] = turn.dropped
+            if ended_by is not None:
+                attributes[sc.ACP_TURN_ENDED_BY] = ended_by
+            span.set_attributes(attributes)
+        self._record_turn(turn, now)
+        if turn.own_span:
+            span.end()
+
+    def end_tools(self, turn: Turn, ended_by: str) -> None:
+        """End the turn's open tool calls, marked ``acp.tool_call.ended_by = ended_by`` (not an error)."""
+        for tool_call_id, tool in list(turn.tools.items()):
+            self._end_tool(turn, tool_call_id, tool, ended_by)
+
+    def finish_request(self, turn: Turn, result: Any) -> None:
+        """Stop reason and usage from a v1 ``session/prompt`` result (on the turn = the request span)."""
+        if type(result) is dict:
+            self._stop_and_usage(turn, result)
+
+    # ---------------------------------------------------------------- updates
+
+    def on_update(self, turn: Turn, params: Any, make_tools: bool) -> Context | None:
+        """Account for one ``session/update`` of the turn; the context of the tool call it names, if any."""
+        update = params.get("update") if type(params) is dict else None
+        if type(update) is not dict:
+            return None
+        kind = update.get("sessionUpdate")
+        turn.updates += 1
+        if type(kind) is not str:  # hostile: not even hashable, perhaps
+            kind = None
+        elif kind in _CHUNK_ATTRIBUTES:
+            turn.chunks[kind] = turn.chunks.get(kind, 0) + 1
+            if turn.first_chunk is None and kind in sc.AGENT_CHUNK_KINDS:
+                turn.first_chunk = time.monotonic()
+            if self._all_events:
+                self._turn_event(turn, update, params)
+            return None
+        context = None
+        if kind in _TOOL_UPDATES:
+            context = self._tool_update(turn, update, make_tools)
+            if self._all_events or (self._turn_events and context is None and not make_tools):
+                self._turn_event(turn, update, params)  # no tool span on this side: keep the fact on the turn
+        elif self._all_events or self._turn_events:
+            self._turn_event(turn, update, params)
+        if kind == sc.V2_STATE_UPDATE and turn.own_span:
+            state = update.get("state")
+            if state == "idle":
+                self._stop_and_usage(turn, update)
+                self.end(turn)
+        return context
+
+    def _turn_event(self, turn: Turn, update: dict[str, Any], params: Any) -> None:
+        if turn.events >= self._max_events:
+            turn.dropped += 1
+            return
+        span = turn.span
+        if not span.is_recording():
+            return
+        turn.events += 1
+        attributes: dict[str, Any] = {}
+        kind = update.get("sessionUpdate")
+        if type(kind) is str:
+            attributes[sc.ACP_SESSION_UPDATE] = kind
+        tool_call_id = update.get("toolCallId")
+        if type(tool_call_id) is str:
+            attributes[sc.ACP_TOOL_CALL_ID] = tool_call_id
+            status = update.get("status")
+            if type(status) is str:
+                attributes[sc.ACP_TOOL_CALL_STATUS] = status
+        state = update.get("state")
+        if type(state) is str:
+            attributes[sc.ACP_TURN_STATE] = state
+        if self._capture:
+            attributes[sc.ACP_PARAMS] = truncate(params, self._max_len)
+        span.add_event(sc.SESSION_UPDATE_EVENT, attributes)
+
+    def _stop_and_usage(self, turn: Turn, source: dict[str, Any]) -> None:
+        span = turn.span
+        stop_reason = source.get("stopReason")
+        if type(stop_reason) is str:
+            turn.stop_reason = stop_reason
+            if turn.own_span and span.is_recording():  # v1: the engine sets it on the request span
+                span.set_attribute(sc.ACP_STOP_REASON, stop_reason)
+        usage = source.get("usage")
+        if type(usage) is not dict:
+            return
+        for key, attribute in sc.USAGE_ATTRIBUTES:
+            value = usage.get(key)
+            if type(value) is int and 0 <= value < 2**63:  # an OTel int attribute is 64-bit
+                turn.usage[attribute] = value
+        if turn.usage and span.is_recording():
+            span.set_attributes(turn.usage)
+
+    # ------------------------------------------------------------- tool calls
+
+    def _tool_update(self, turn: Turn, update: dict[str, Any], make_tools: bool) -> Context | None:
+        tool_call_id = update.get("toolCallId")
+        if type(tool_call_id) is not str:
+            return None
+        tool = turn.tools.get(tool_call_id)
+        status = update.get("status")
+        if type(status) is not str:
+            status = None
+        if tool is None:
+            # Updates after completed/failed, or beyond the cap, open nothing: one span per tool call.
+            if not make_tools or tool_call_id in turn.closed_tools or len(turn.tools) >= MAX_OPEN_TOOLS:
+                return None
+            tool = self._open_tool(turn, tool_call_id, update, status)
+        else:
+            tool.updates += 1
+            kind = update.get("kind")
+            if type(kind) is str and tool.kind != kind:
+                tool.kind = kind
+                if tool.span.is_recording():
+                    tool.span.set_attribute(sc.ACP_TOOL_CALL_KIND, kind)
+            if self._capture:
+                self._tool_content(tool.span, update)
+        if status is not None and status != tool.status:
+            tool.status = status
+            span = tool.span
+            if span.is_recording():
+                span.set_attribute(sc.ACP_TOOL_CALL_STATUS, status)
+                if tool.events < self._max_events:
+                    tool.events += 1
+                    span.add_event(sc.TOOL_STATUS_EVENT, {sc.ACP_TOOL_CALL_STATUS: status})
+        context = tool.context
+        if status in _FINAL_STATUSES:
+            self._end_tool(turn, tool_call_id, tool, None)
+        return context
+
+    def _open_tool(self, turn: Turn, tool_call_id: str, update: dict[str, Any], status: str | None) -> ToolCall:
+        name = update.get("name")  # ACP v2 / rc3: the programmatic tool name
+        kind = update.get("kind")
+        if type(kind) is not str:
+            kind = None
+        label = name if type(name) is str and name else kind
+        attributes: dict[str, Any] = {
+            sc.GEN_AI_OPERATION_NAME: sc.EXECUTE_TOOL,
+            sc.GEN_AI_TOOL_CALL_ID: tool_call_id,
+            sc.ACP_SESSION_ID: turn.session_id,
+            sc.GEN_AI_CONVERSATION_ID: turn.session_id,
+        }
+        if type(turn.agent) is str:
+            attributes[sc.GEN_AI_AGENT_NAME] = turn.agent
+        if label is not None:
+            label = label[:_MAX_NAME]
+            attributes[sc.GEN_AI_TOOL_NAME] = label
+        if kind is not None:
+            attributes[sc.ACP_TOOL_CALL_KIND] = kind
+        if status is not None:
+            attributes[sc.ACP_TOOL_CALL_STATUS] = status
+        span_name = f"{sc.EXECUTE_TOOL} {label}" if label else sc.EXECUTE_TOOL
+        span = self._tracer.start_span(span_name, context=turn.context, kind=SpanKind.INTERNAL, attributes=attributes)
+        if self._capture and span.is_recording():
+            self._tool_content(span, update)
+        tool = ToolCall(span, trace.set_span_in_context(span, turn.context), kind, None)
+        turn.tools[tool_call_id] = tool
+        return tool
+
+    def _tool_content(self, span: Span, update: dict[str, Any]) -> None:
+        for key, attribute in (
+            ("title", sc.ACP_TOOL_CALL_TITLE),
+            ("rawInput", sc.GEN_AI_TOOL_CALL_ARGUMENTS),
+            ("rawOutput", sc.GEN_AI_TOOL_CALL_RESULT),
+            ("locations", sc.ACP_TOOL_CALL_LOCATIONS),
+        ):
+            if key in update and update[key] is not None:
+                span.set_attribute(attribute, truncate(update[key], self._max_len))
+
+    def _end_tool(self, turn: Turn, tool_call_id: str, tool: ToolCall, ended_by: str | None) -> None:
+        del turn.tools[tool_call_id]
+        if len(turn.closed_tools) < MAX_CLOSED_TOOLS:
+            turn.closed_tools.add(tool_call_id)
+        span = tool.span
+        failed = tool.status == "failed"
+        if span.is_recording():
+            if update_count := tool.updates:
+                span.set_attribute(sc.ACP_TOOL_CALL_UPDATE_COUNT, update_count)
+            if ended_by is not None:  # never reached completed / failed: marked, not an error
+                span.set_attribute(sc.ACP_TOOL_CALL_ENDED_BY, ended_by)
+            if failed:
+                span.set_attribute(sc.ERROR_TYPE, sc.TOOL_FAILED)
+                span.set_status(Status(StatusCode.ERROR, "tool call failed"))
+        span.end()
+        instruments = self._instruments
+        if instruments is not None:
+            attributes = instruments.agent_attributes(turn.agent)
+            attributes[sc.ACP_TOOL_CALL_KIND] = instruments.tool_kind(tool.kind)
+            attributes[sc.ACP_TOOL_CALL_STATUS] = tool.status if tool.status in sc.TOOL_STATUSES else sc.OTHER
+            if failed:
+                attributes[sc.ERROR_TYPE] = sc.TOOL_FAILED
+            instruments.tool_duration.record(time.monotonic() - tool.started, attributes)
+
+    # ---------------------------------------------------------------- metrics
+
+    def _record_turn(self, turn: Turn, now: float) -> None:
+        instruments = self._instruments
+        if instruments is None:
+            return
+        attributes = instruments.agent_attributes(turn.agent)
+        if turn.first_chunk is not None:
+            instruments.first_chunk.record(turn.first_chunk - turn.started, attributes)
+        for attribute, token_type in (
+            (sc.GEN_AI_USAGE_INPUT_TOKENS, "input"),
+            (sc.GEN_AI_USAGE_OUTPUT_TOKENS, "output"),
+        ):
+            tokens = turn.usage.get(attribute)
+            if tokens is not None:
+                instruments.token_usage.record(tokens, {**attributes, sc.GEN_AI_TOKEN_TYPE: token_type})
+        if turn.stop_reason is not None:
+            attributes[sc.ACP_STOP_REASON] = instruments.stop_reason(turn.stop_reason)
+        if turn.error_type is not None:
+            attributes[sc.ERROR_TYPE] = instruments.error_type(turn.error_type)
+        instruments.turn_duration.record(now - turn.started, attributes)
+
+
+def agent_attributes(attributes: dict[str, Any], facts: dict[str, Any]) -> None:
+    """Add gen_ai.agent.name / version from the connection's agentInfo facts."""
+    name = facts.get(sc.ACP_AGENT_NAME)
+    if name is not None:
+        attributes[sc.GEN_AI_AGENT_NAME] = name
+    version = facts.get(sc.ACP_AGENT_VERSION)
+    if version is not None:
+        attributes[sc.GEN_AI_AGENT_VERSION] = version

@@ -1,0 +1,147 @@
+"""The engine's agent layer fed plain message dicts, as the stdio proxy feeds it (no SDK): ``parent=``,
+``sender_traced=``, ``close_peer``, ``shutdown``, ``propagation_keys``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
+from spans import SpanCounter, one, parent_of, span_id
+
+from acp_otel.engine import Engine
+from acp_otel.settings import load_settings
+
+
+class Peer:
+    """One proxied connection (any weak-referenceable object)."""
+
+
+@pytest.fixture
+def spans() -> Iterator[tuple[InMemorySpanExporter, SpanCounter, TracerProvider]]:
+    exporter, counter = InMemorySpanExporter(), SpanCounter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    provider.add_span_processor(counter)
+    yield exporter, counter, provider
+    provider.shutdown()
+
+
+def _engine(provider: TracerProvider, **options: Any) -> Engine:
+    return Engine(provider.get_tracer("test"), load_settings(options, {}))
+
+
+def _update(update: dict[str, Any]) -> dict[str, Any]:
+    return {"sessionId": "s", "update": update}
+
+
+TOOL = {"sessionUpdate": "tool_call", "toolCallId": "t", "kind": "read", "status": "pending"}
+DONE = {"sessionUpdate": "tool_call_update", "toolCallId": "t", "status": "completed"}
+
+
+def test_relayed_updates_make_tool_spans_only_from_an_untraced_agent(spans: Any) -> None:
+    exporter, counter, provider = spans
+    engine = _engine(provider)
+    peer = Peer()
+    prompt, _ = engine.begin_outgoing(peer, "session/prompt", {"sessionId": "s", "prompt": []}, 1, parent=Context())
+    assert prompt is not None and prompt.turn is not None
+    for traced, tool_id in ((True, "traced"), (False, "untraced")):
+        for update in (TOOL, DONE):
+            call, params = engine.begin_outgoing(
+                peer,
+                "session/update",
+                _update({**update, "toolCallId": tool_id}),
+                is_request=False,
+                parent=Context(),
+                sender_traced=traced,
+            )
+            assert call is None  # turn mode: no span of its own
+            assert "traceparent" in params["_meta"]  # but the context is still injected
+    engine.end_result(prompt, {"stopReason": "end_turn"})
+    finished = exporter.get_finished_spans()
+    turn = one(finished, "session/prompt", SpanKind.CLIENT)
+    tool = one(finished, "execute_tool read", SpanKind.INTERNAL)  # only the untraced agent's tool call
+    assert tool.attributes["gen_ai.tool.call.id"] == "untraced" and parent_of(tool) == span_id(turn)
+    assert turn.attributes["gen_ai.operation.name"] == "invoke_agent"
+    assert not counter.open
+
+
+def test_untraced_message_in_a_turn_joins_it_and_a_traced_parent_wins(spans: Any) -> None:
+    exporter, _counter, provider = spans
+    engine = _engine(provider)
+    peer = Peer()
+    prompt, _ = engine.begin_outgoing(peer, "session/prompt", {"sessionId": "s"}, 1, parent=Context())
+    engine.begin_outgoing(
+        peer, "session/update", _update(TOOL), is_request=False, parent=Context(), sender_traced=False
+    )
+    permission_params = {"sessionId": "s", "toolCall": {"toolCallId": "t"}, "options": []}
+    permission, _ = engine.begin_outgoing(peer, "session/request_permission", permission_params, 7, parent=Context())
+    read, _ = engine.begin_outgoing(peer, "fs/read_text_file", {"sessionId": "s", "path": "/x"}, 8, parent=Context())
+    other = trace.get_tracer("x", tracer_provider=provider).start_span("elsewhere")
+    explicit, _ = engine.begin_outgoing(
+        peer, "fs/read_text_file", {"sessionId": "s"}, 9, parent=trace.set_span_in_context(other)
+    )
+    for call in (permission, read, explicit):
+        engine.end_result(call, {})
+    other.end()
+    engine.end_result(prompt, {"stopReason": "end_turn"})
+    finished = exporter.get_finished_spans()
+    turn, tool = one(finished, "session/prompt"), one(finished, "execute_tool read")
+    assert parent_of(one(finished, "session/request_permission")) == span_id(tool)
+    reads = {s.attributes["jsonrpc.request.id"]: s for s in finished if s.name == "fs/read_text_file"}
+    assert parent_of(reads["8"]) == span_id(turn)
+    assert parent_of(reads["9"]) == span_id(other)  # a sender's own context is kept
+
+
+def test_close_peer_ends_turns_and_tools_and_is_safe_twice(spans: Any) -> None:
+    exporter, counter, provider = spans
+    engine = _engine(provider)
+    peer = Peer()
+    prompt, _ = engine.begin_outgoing(peer, "session/prompt", {"sessionId": "s"}, 1, parent=Context())
+    engine.begin_outgoing(peer, "session/update", _update(TOOL), is_request=False, sender_traced=False)
+    engine.close_peer(peer)
+    engine.close_peer(peer)
+    engine.close_peer(Peer())  # never seen: nothing to do
+    engine.end_exception(prompt, ConnectionError("late"))  # already ended: a no-op
+    assert not counter.open
+    finished = exporter.get_finished_spans()
+    turn, tool = one(finished, "session/prompt"), one(finished, "execute_tool read")
+    assert tool.attributes["acp.tool_call.ended_by"] == "connection_closed"
+    assert tool.status.status_code == StatusCode.UNSET
+    assert turn.attributes["acp.turn.ended_by"] == "connection_closed"
+    assert turn.attributes["error.type"] == "ConnectionError"
+
+
+def test_shutdown_ends_everything_left_open(spans: Any) -> None:
+    exporter, counter, provider = spans
+    engine = _engine(provider)
+    peers = [Peer(), Peer()]
+    prompts = []
+    for peer in peers:
+        prompts.append(engine.begin_outgoing(peer, "session/prompt", {"sessionId": "s"}, 1, parent=Context())[0])
+        engine.begin_outgoing(peer, "session/update", _update(TOOL), is_request=False, sender_traced=False)
+    engine.shutdown()
+    # the tool calls ended; the requests in flight keep their spans until they end (the adapter ends them)
+    assert sorted(counter.open.values()) == [("session/prompt", "CLIENT")] * 2
+    for call in prompts:
+        engine.end_result(call, {"stopReason": "end_turn"})
+    assert not counter.open
+    tools = [s for s in exporter.get_finished_spans() if s.name.startswith("execute_tool")]
+    assert [t.attributes["acp.tool_call.ended_by"] for t in tools] == ["uninstrumented"] * 2
+
+
+def test_propagation_keys_and_tool_spans_option(spans: Any) -> None:
+    exporter, _counter, provider = spans
+    engine = _engine(provider, tool_spans="never")
+    assert {"traceparent", "tracestate", "baggage"} <= set(engine.propagation_keys)
+    peer = Peer()
+    prompt, _ = engine.begin_outgoing(peer, "session/prompt", {"sessionId": "s"}, 1, parent=Context())
+    engine.begin_outgoing(peer, "session/update", _update(TOOL), is_request=False, sender_traced=False)
+    engine.end_result(prompt, {"stopReason": "end_turn"})
+    assert not [s for s in exporter.get_finished_spans() if s.name.startswith("execute_tool")]

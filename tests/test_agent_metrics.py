@@ -1,0 +1,215 @@
+"""Metrics of the agent layer on a real client and agent: read back with ``InMemoryMetricReader`` and
+exported over OTLP/HTTP to a loopback receiver; bounded attributes, never ids or content."""
+
+from __future__ import annotations
+
+import http.server
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from acp_app import SECRET, TraceAgent, TraceClient, open_session, prompt
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader, PeriodicExportingMetricReader
+from spans import wait_spans_closed
+from test_agent_turns import USAGE, ScriptAgent, _tool, _tool_update
+
+from acp_otel import metrics as acp_metrics
+
+CHUNK = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": SECRET}}
+SCRIPT = [
+    CHUNK,
+    _tool("tool-a", kind="edit"),
+    ("permission", "tool-a"),
+    _tool_update("tool-a", "completed"),
+    _tool("tool-b", kind="fetch"),
+    _tool_update("tool-b", "failed"),
+    _tool("tool-c", kind="_vendor_kind"),  # never completed; an unknown kind
+]
+
+
+@pytest.fixture
+def reader() -> InMemoryMetricReader:
+    return InMemoryMetricReader()
+
+
+@pytest.fixture
+def meter_provider(reader: InMemoryMetricReader) -> Iterator[MeterProvider]:
+    mp = MeterProvider(metric_readers=[reader])
+    yield mp
+    mp.shutdown()
+
+
+def _points(reader: InMemoryMetricReader) -> dict[str, list[Any]]:
+    data = reader.get_metrics_data()
+    out: dict[str, list[Any]] = {}
+    for rm in data.resource_metrics if data else []:
+        for sm in rm.scope_metrics:
+            assert sm.scope.name == "acp_otel"
+            for metric in sm.metrics:
+                assert metric.unit in ("s", "{token}"), metric.name
+                out.setdefault(metric.name, []).extend(metric.data.data_points)
+    return out
+
+
+async def _turn(pair: Any, counter: Any, agent: Any) -> Any:
+    p = await pair(agent, TraceClient())
+    session_id = await open_session(p.client_conn)
+    await prompt(p.client_conn, session_id, "hello")
+    await wait_spans_closed(counter)
+    return p
+
+
+async def test_metrics_read_back(
+    instrument: Any, meter_provider: MeterProvider, reader: InMemoryMetricReader, pair: Any, counter: Any
+) -> None:
+    instrument(meter_provider=meter_provider)
+    p = await _turn(pair, counter, ScriptAgent(SCRIPT, usage=USAGE))
+    try:
+        await p.client_conn.ext_method("test.dev/missing", {})
+    except Exception:
+        pass
+    await wait_spans_closed(counter)
+    points = _points(reader)
+
+    client = {pt.attributes["acp.method.name"]: pt for pt in points["acp.client.operation.duration"]}
+    server = {pt.attributes["acp.method.name"]: pt for pt in points["acp.server.operation.duration"]}
+    for side in (client, server):  # both sides of one connection pair recorded in this process
+        assert {"initialize", "session/new", "session/prompt", "session/request_permission"} <= set(side)
+        assert side["session/prompt"].count == 1
+        assert tuple(side["session/prompt"].explicit_bounds) == acp_metrics.REQUEST_BUCKETS
+        assert side["_test.dev/missing"].attributes["error.type"] == "-32601"
+        assert "error.type" not in side["session/prompt"].attributes
+
+    (turns,) = points["gen_ai.invoke_agent.duration"]  # client and agent: one turn each, same attributes
+    assert dict(turns.attributes) == {"gen_ai.agent.name": "test-agent", "acp.stop_reason": "end_turn"}
+    assert tuple(turns.explicit_bounds) == acp_metrics.TURN_BUCKETS and turns.count == 2
+    (ttfc,) = points["acp.turn.time_to_first_chunk"]
+    assert ttfc.count == 2 and 0 < ttfc.sum <= turns.sum
+
+    tools = {pt.attributes["acp.tool_call.kind"]: pt for pt in points["gen_ai.execute_tool.duration"]}
+    assert set(tools) == {"edit", "fetch", "_OTHER"}  # one tool span each (the agent's); unknown kind bounded
+    assert (
+        tools["edit"].attributes["acp.tool_call.status"] == "completed" and "error.type" not in tools["edit"].attributes
+    )
+    assert tools["fetch"].attributes["error.type"] == "tool_call_failed"
+    assert tools["_OTHER"].attributes["acp.tool_call.status"] == "pending"  # ended with the turn
+    assert all(pt.count == 1 for pt in tools.values())
+
+    tokens = {pt.attributes["gen_ai.token.type"]: pt for pt in points["gen_ai.client.token.usage"]}
+    assert tokens["input"].sum == 2 * 120 and tokens["output"].sum == 2 * 34
+
+    # No ids and no content in any metric attribute.
+    text = repr([dict(pt.attributes) for pts in points.values() for pt in pts])
+    for forbidden in ("sess-1", "tool-a", "tool-b", "tool-c", SECRET, "jsonrpc.request.id", "acp.session.id"):
+        assert forbidden not in text
+
+
+async def test_method_names_are_bounded(
+    instrument: Any, meter_provider: MeterProvider, reader: InMemoryMetricReader, pair: Any, counter: Any
+) -> None:
+    instrument(meter_provider=meter_provider)
+    p = await pair(TraceAgent(), TraceClient())
+    await open_session(p.client_conn)
+    for i in range(acp_metrics.MAX_EXTENSION_METHODS + 5):
+        try:
+            await p.client_conn._conn.send_request(f"_x.dev/m{i}", {})
+        except Exception:
+            pass
+    try:
+        await p.client_conn._conn.send_request("not/a/standard/method", {})
+    except Exception:
+        pass
+    await wait_spans_closed(counter)
+    names = {pt.attributes["acp.method.name"] for pt in _points(reader)["acp.client.operation.duration"]}
+
+    extensions = {n for n in names if n.startswith("_x.dev/")}
+    assert len(extensions) == acp_metrics.MAX_EXTENSION_METHODS
+    assert "_OTHER" in names and "not/a/standard/method" not in names
+
+
+async def test_global_meter_provider_is_used_without_the_keyword(
+    instrument: Any, reader: InMemoryMetricReader, meter_provider: MeterProvider, pair: Any, counter: Any
+) -> None:
+    from opentelemetry import metrics
+
+    from acp_otel.metrics import make_instruments
+
+    # The global provider can be set only once per process: check the lookup make_instruments does.
+    assert make_instruments(None, "0") is not None  # the global (proxy) provider never fails
+    instruments = make_instruments(meter_provider, "0")
+    assert instruments is not None
+    instruments.turn_duration.record(1.5, {"gen_ai.agent.name": "a"})
+    assert _points(reader)["gen_ai.invoke_agent.duration"][0].sum == 1.5
+    assert metrics.get_meter_provider() is not None
+
+
+class _MetricsReceiver(http.server.ThreadingHTTPServer):
+    """A minimal OTLP/HTTP metrics endpoint on 127.0.0.1 that decodes what it receives."""
+
+    def __init__(self) -> None:
+        from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+            ExportMetricsServiceRequest,
+            ExportMetricsServiceResponse,
+        )
+
+        self.requests: list[Any] = []
+        receiver = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                if self.headers.get("Content-Encoding") == "gzip":
+                    import gzip
+
+                    body = gzip.decompress(body)
+                request = ExportMetricsServiceRequest()
+                request.ParseFromString(body)
+                receiver.requests.append(request)
+                payload = ExportMetricsServiceResponse().SerializeToString()
+                self.send_response(200 if self.path == "/v1/metrics" else 404)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+        super().__init__(("127.0.0.1", 0), Handler)
+
+
+async def test_metrics_exported_over_otlp_to_loopback(instrument: Any, pair: Any, counter: Any) -> None:
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+
+    server = _MetricsReceiver()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    endpoint = f"http://127.0.0.1:{server.server_address[1]}/v1/metrics"
+    mp = MeterProvider(metric_readers=[PeriodicExportingMetricReader(OTLPMetricExporter(endpoint=endpoint), 60_000)])
+    try:
+        instrument(meter_provider=mp)
+        await _turn(pair, counter, ScriptAgent(SCRIPT, usage=USAGE))
+        assert mp.force_flush(10_000)
+    finally:
+        mp.shutdown()
+        server.shutdown()
+        server.server_close()
+    received = {}
+    for request in server.requests:
+        for rm in request.resource_metrics:
+            for sm in rm.scope_metrics:
+                for metric in sm.metrics:
+                    received[metric.name] = metric
+    assert {
+        "acp.client.operation.duration",
+        "acp.server.operation.duration",
+        "gen_ai.invoke_agent.duration",
+        "gen_ai.execute_tool.duration",
+        "acp.turn.time_to_first_chunk",
+        "gen_ai.client.token.usage",
+    } <= set(received)
+    turn = received["gen_ai.invoke_agent.duration"]
+    assert turn.unit == "s"
+    assert tuple(turn.histogram.data_points[0].explicit_bounds) == acp_metrics.TURN_BUCKETS

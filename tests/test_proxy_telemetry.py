@@ -1,0 +1,87 @@
+"""The proxy's telemetry set-up from the OTEL_* environment (in process, exporting to a loopback receiver)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "proxy_peers"))
+
+from acp_app import open_session, prompt
+from harness import PY_AGENT, base_env, proxied_client
+from otlp_sink import OtlpSink
+
+from acp_otel.proxy import telemetry
+
+
+@pytest.fixture
+def sink(monkeypatch: pytest.MonkeyPatch) -> Iterator[OtlpSink]:
+    for name in [n for n in os.environ if n.startswith("OTEL_")]:
+        monkeypatch.delenv(name)
+    with OtlpSink() as s:
+        for name, value in s.env().items():
+            monkeypatch.setenv(name, value)
+        yield s
+
+
+def test_spans_and_metrics_export_with_the_resource(sink: OtlpSink, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "otlp")
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=test")
+    tel = telemetry.configure("derived-name", explicit_service_name=False)
+    meter_provider = tel.add_meter_provider()
+    assert meter_provider is not None
+    tel.tracer().start_span("probe").end()
+    meter_provider.get_meter("probe").create_counter("probe.count").add(1)
+    assert tel.flush(10)
+    spans = sink.wait_for(lambda s: any(x.name == "probe" for x in s))
+    assert [s.service for s in spans if s.name == "probe"] == ["derived-name"]
+    assert ("derived-name", "probe.count") in sink.metrics
+    meter_provider.shutdown()
+    tel.provider.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("env", "explicit", "expected"),
+    [
+        ({"OTEL_SERVICE_NAME": "from-env"}, False, "from-env"),
+        ({"OTEL_RESOURCE_ATTRIBUTES": "service.name=from-attrs"}, False, "from-attrs"),
+        ({"OTEL_SERVICE_NAME": "from-env"}, True, "from-flag"),
+        ({}, False, "from-flag"),
+    ],
+)
+def test_service_name_precedence(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], explicit: bool, expected: str
+) -> None:
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "console")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    tel = telemetry.configure("from-flag", explicit_service_name=explicit)
+    assert tel.provider.resource.attributes["service.name"] == expected
+    tel.provider.shutdown()
+
+
+@pytest.mark.parametrize("env", [{"OTEL_SDK_DISABLED": "true"}, {"OTEL_TRACES_EXPORTER": "none"}])
+def test_tracing_off(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    tel = telemetry.configure("x", explicit_service_name=False)
+    assert not tel.enabled and tel.flush(0)
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(
+    importlib.util.find_spec("acp_otel.metrics") is None,
+    reason="the engine's metric instruments come with the agent layer (acp_otel.metrics), not in this build",
+)
+async def test_proxy_exports_the_engines_metrics() -> None:
+    with OtlpSink() as sink:
+        env = base_env(**{**sink.env(), "OTEL_METRICS_EXPORTER": "otlp", "OTEL_METRIC_EXPORT_INTERVAL": "200"})
+        async with proxied_client([*PY_AGENT, "trace"], env, ["--service-name", "proxy"]) as run:
+            session_id = await open_session(run.conn)
+            await prompt(run.conn, session_id, "hello")
+        assert run.returncode == 0
+        assert any(service == "proxy" for service, _ in sink.metrics), sink.metrics
