@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from otlp_grpc_receiver import GrpcOtlpReceiver
 from sdk_sdist import DOWNLOAD_TIMEOUT, fetch_sdist
-from sdk_versions import EXAMPLES_IMPORT, PROMPT_SPAN_ENDS_BEFORE_RESPONSE
+from sdk_versions import EXAMPLES_IMPORT, PROMPT_SPAN_ENDS_BEFORE_RESPONSE, sdk_matches
 from spans import find, one
 
 from acp_otel.demo.otlp_json import read_otlp_json
@@ -187,7 +187,10 @@ def test_turn_is_one_trace_across_processes(request: pytest.FixtureRequest, prot
         assert out.parent_span_id == under.span_id
         assert inc.parent_span_id == out.span_id
     # session/update inside the turn: no spans by default (counted on the turn); other notifications keep theirs.
-    assert not find(turn, "session/update")
+    if sdk_matches(">=0.12.1"):
+        # Before 0.12.1 the SDK may run the last session/update handler after the prompt's response, when the
+        # turn has ended: that update then has spans of its own (seen on 0.9.0).
+        assert not find(turn, "session/update")
     assert server_prompt.attributes["acp.turn.chunk_count.agent_message_chunk"] > 0
     for method in ("_example.com/progress",):
         producers = find(turn, method, "PRODUCER", AGENT_SERVICE)
