@@ -1,22 +1,95 @@
-"""``AcpInstrumentor``: the entry point that ``opentelemetry-instrument`` and applications use."""
+"""``AcpInstrumentor``: the entry point that ``opentelemetry-instrument`` and applications use.
+
+It owns all instrumentation state (:class:`InstrumentationState`) and the one table of what is wrapped
+(:data:`PATCH_TABLE`); ``sdk_adapter``, ``spawn`` and ``shutdown`` only provide the wrappers. Everything
+``uninstrument()`` undoes is listed in :meth:`AcpInstrumentor._uninstrument`.
+"""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
+import sys
+from collections.abc import Callable, Collection
 from typing import Any
 
+import wrapt
 from opentelemetry import trace
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 
-from . import sdk_adapter, shutdown, spawn
+from . import propagation, sdk_adapter, shutdown, spawn
 from .engine import Engine
 from .metrics import make_instruments
 from .package import _instruments
+from .patching import Patch, Patches
+from .semconv import SCHEMA_URL
 from .settings import Settings, load_settings
 from .version import __version__
 
 _log = logging.getLogger("acp_otel")
+
+INSTRUMENTATION_NAME = "acp_otel"
+
+_CONNECTION = "acp.connection:Connection"
+# acp/__init__ imports acp.transports and acp.stdio (0.8 - 1.0rc3), so the hook on "acp" sees all three
+# owners of the spawn function: its home module, the module that calls it by its imported name
+# (spawn_agent_process, spawn_client_process, spawn_stdio_connection) and the package.
+_SPAWN = "spawn_stdio_transport"
+
+PATCH_TABLE: tuple[Patch, ...] = (
+    # Every message in and out of a connection (sdk_adapter).
+    Patch("acp.connection", _CONNECTION, "__init__", sdk_adapter.init_wrapper),
+    Patch("acp.connection", _CONNECTION, "send_request", sdk_adapter.send_request_wrapper),
+    Patch("acp.connection", _CONNECTION, "send_notification", sdk_adapter.send_notification_wrapper),
+    Patch("acp.connection", _CONNECTION, "_execute_request", sdk_adapter.execute_request_wrapper),  # 0.12.1+
+    Patch(
+        "acp.connection", _CONNECTION, "_run_request", sdk_adapter.run_request_wrapper, unless="_execute_request"
+    ),  # up to 0.12.0
+    Patch("acp.connection", _CONNECTION, "_run_notification", sdk_adapter.run_notification_wrapper),
+    Patch("acp.connection", _CONNECTION, "close", sdk_adapter.close_wrapper),
+    Patch("acp.connection", "acp.connection", "span_context", sdk_adapter.sdk_span_context_wrapper),
+    # Flush at end of input; installs the SIGTERM handler (shutdown).
+    Patch("acp.connection", _CONNECTION, "_receive_loop", shutdown.receive_loop_wrapper, option="flush_on_exit"),
+    # Spawned agents: an acp.spawn span and the OpenTelemetry environment (spawn).
+    Patch("acp", "acp.transports", _SPAWN, spawn.spawn_wrapper),
+    Patch("acp", "acp.stdio", _SPAWN, spawn.spawn_wrapper),
+    Patch("acp", "acp", _SPAWN, spawn.spawn_wrapper),
+)
+
+
+class InstrumentationState:
+    """Everything ``instrument()`` sets up, read by every wrapper; emptied by ``uninstrument()``.
+
+    One object for the life of the process: releases before 0.12.1 keep the bound hooks a connection
+    was built with, so wrappers applied by an earlier ``instrument()`` must see a later one's engine,
+    and pass straight through while ``engine`` is ``None``.
+    """
+
+    __slots__ = (
+        "engine",
+        "hooked",
+        "patches",
+        "settings",
+        "sigterm_handler",
+        "sigterm_installed",
+        "sigterm_restore",
+        "tracer",
+        "tracer_provider",
+    )
+
+    def __init__(self) -> None:
+        self.engine: Engine | None = None
+        self.settings: Settings | None = None
+        self.tracer: trace.Tracer | None = None
+        self.tracer_provider: Any = None  # None: the global provider at flush time
+        self.patches = Patches()
+        # Modules with our post-import hook: wrapt cannot unregister one, so each is registered once
+        # per process and does nothing while uninstrumented.
+        self.hooked: set[str] = set()
+        # Our SIGTERM handler (made once), whether it is installed, and how to put SIG_DFL back from
+        # the main thread when uninstrument() runs elsewhere (see shutdown.py).
+        self.sigterm_handler: Callable[[int, Any], None] | None = None
+        self.sigterm_installed = False
+        self.sigterm_restore: Callable[[Callable[[], None]], object] | None = None
 
 
 class AcpInstrumentor(BaseInstrumentor):
@@ -29,10 +102,11 @@ class AcpInstrumentor(BaseInstrumentor):
     ``OTEL_PYTHON_ACP_*`` environment variables; see the README's options table):
     ``excluded_methods``, ``capture_content``, ``capture_content_max_length``, ``keep_sdk_spans``,
     ``notification_spans``, ``tool_spans``, ``max_events_per_span``, ``propagate_env``, ``inject``,
-    ``inject_excluded_methods``.
+    ``inject_excluded_methods``, ``flush_on_exit``.
     """
 
-    _settings: Settings | None = None
+    # BaseInstrumentor is a singleton, so this is the process's one state object.
+    _state = InstrumentationState()
 
     def instrumentation_dependencies(self) -> Collection[str]:
         return _instruments
@@ -40,20 +114,58 @@ class AcpInstrumentor(BaseInstrumentor):
     @property
     def settings(self) -> Settings | None:
         """The settings in force while instrumented, else ``None``."""
-        return self._settings
+        return self._state.settings
 
     def _instrument(self, **kwargs: Any) -> None:
+        state = self._state
         tracer_provider = kwargs.pop("tracer_provider", None)
         meter_provider = kwargs.pop("meter_provider", None)  # None: the global one
         settings = load_settings(kwargs)
-        tracer = trace.get_tracer("acp_otel", __version__, tracer_provider)
-        self._settings = settings
-        sdk_adapter.install(Engine(tracer, settings, make_instruments(meter_provider, __version__)))
-        spawn.install(tracer, settings)  # spawned agents inherit OTEL_* and get an acp.spawn span
-        shutdown.install(tracer_provider)  # flush at end of input and on SIGTERM
+        tracer = trace.get_tracer(INSTRUMENTATION_NAME, __version__, tracer_provider, schema_url=SCHEMA_URL)
+        state.tracer_provider = tracer_provider
+        state.settings = settings
+        state.tracer = tracer
+        state.engine = Engine(tracer, settings, make_instruments(meter_provider, __version__))
+        for module_name in dict.fromkeys(p.hook_module for p in PATCH_TABLE):
+            if module_name in sys.modules:
+                self._apply(module_name)
+            if module_name not in state.hooked:
+                # Runs at once when the module is already imported (then wrapping is a no-op), else on import.
+                wrapt.register_post_import_hook(self._on_import, module_name)
+                state.hooked.add(module_name)
+
+    def _on_import(self, module: Any) -> None:
+        if self._state.engine is not None:  # inert while uninstrumented
+            self._apply(module.__name__)
+
+    def _apply(self, module_name: str) -> None:
+        state = self._state
+        for patch in PATCH_TABLE:
+            if patch.hook_module != module_name:
+                continue
+            if patch.option is not None and not getattr(state.settings, patch.option):
+                continue
+            try:
+                owner = patch.resolve()
+                if owner is None or (patch.unless is not None and patch.unless in owner.__dict__):
+                    continue
+                state.patches.wrap(owner, patch.attr, patch.make_wrapper(state))
+            except Exception:
+                _log.debug("acp_otel: could not patch %s.%s", patch.owner, patch.attr, exc_info=True)
 
     def _uninstrument(self, **kwargs: Any) -> None:
-        shutdown.uninstall()
-        spawn.uninstall()
-        sdk_adapter.uninstall()
-        self._settings = None
+        state = self._state
+        engine = state.engine
+        state.engine = None  # from here on every wrapper still referenced passes straight through
+        state.settings = None
+        state.tracer = None
+        state.tracer_provider = None
+        state.patches.restore_all()  # every row of PATCH_TABLE that was applied
+        shutdown.restore_sigterm(state)  # SIG_DFL again (from another thread: see shutdown.py)
+        propagation.uninstall_log_filter()  # the filter on the propagators' loggers
+        forget = getattr(engine, "shutdown", None)  # the engine's per-connection state on live connections
+        if callable(forget):
+            try:
+                forget()
+            except Exception:
+                _log.debug("acp_otel: engine shutdown failed", exc_info=True)

@@ -116,7 +116,7 @@ class Instruments:
 def make_instruments(meter_provider: metrics.MeterProvider | None, version: str) -> Instruments | None:
     """Instruments from ``meter_provider`` (the global one when ``None``); ``None`` if that fails."""
     try:
-        meter = metrics.get_meter("acp_otel", version, meter_provider)
+        meter = metrics.get_meter("acp_otel", version, meter_provider, schema_url=sc.SCHEMA_URL)
         return Instruments(meter)
     except Exception:  # a broken provider must not stop tracing
         return None

@@ -1,37 +1,74 @@
-"""A registry of the attributes we wrap, so that uninstrumenting puts back exactly what was there."""
+"""The table of what we wrap, and a registry that wraps it and puts back exactly what was there."""
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import wrapt
+
+if TYPE_CHECKING:
+    from .instrumentor import InstrumentationState
 
 _log = logging.getLogger("acp_otel")
 
 _MISSING = object()
 
+Wrapper = Callable[[Any, Any, tuple[Any, ...], dict[str, Any]], Any]
+"""A wrapt wrapper: ``wrapper(wrapped, instance, args, kwargs)``."""
+
+
+@dataclass(frozen=True)
+class Patch:
+    """One attribute that ``instrument()`` wraps (a row of the instrumentor's patch table).
+
+    ``owner`` is ``"module"`` or ``"module:Class"``; it is patched once ``hook_module`` is imported.
+    ``make_wrapper(state)`` builds the wrapper, which reads ``state`` on every call. The row is skipped
+    when the owner has no ``attr``, when it has ``unless`` (a newer hook that replaces this one), or when
+    the setting named by ``option`` is off.
+    """
+
+    hook_module: str
+    owner: str
+    attr: str
+    make_wrapper: Callable[[InstrumentationState], Wrapper]
+    unless: str | None = None
+    option: str | None = None
+
+    def resolve(self) -> Any:
+        """The owning module or class, or ``None`` when its module is not imported (yet)."""
+        module_name, _, class_name = self.owner.partition(":")
+        owner = sys.modules.get(module_name)
+        return getattr(owner, class_name, None) if owner is not None and class_name else owner
+
+
+class _AcpWrapper(wrapt.FunctionWrapper[..., Any]):
+    """Marks the wrappers this package applied, so that a copy of one (a function imported by name from a
+    module we had patched) is recognised and never wrapped twice."""
+
 
 class Patches:
-    """Wraps attributes with wrapt and restores the original objects, never stacking wrappers."""
+    """Wraps attributes and restores the original objects, never stacking wrappers."""
 
     def __init__(self) -> None:
         self._saved: list[tuple[Any, str, Any]] = []
 
-    def wrap(self, owner: Any, attr: str, wrapper: Any) -> bool:
+    def wrap(self, owner: Any, attr: str, wrapper: Wrapper) -> bool:
         """Wrap ``owner.attr`` (a class or module attribute) once; ``False`` when it is missing."""
+        if any(o is owner and a == attr for o, a, _ in self._saved):
+            return True
         # Read the raw attribute (a plain function for a class, not a bound or static method).
         original = owner.__dict__.get(attr, _MISSING) if hasattr(owner, "__dict__") else _MISSING
         if original is _MISSING:
             return False
-        if any(o is owner and a == attr for o, a, _ in self._saved):
-            return True
-        wrapt.wrap_function_wrapper(owner, attr, wrapper)
-        self._saved.append((owner, attr, original))
+        # A copy of our own wrapper: wrap what it wraps, so that uninstrument puts the original back.
+        target: Any = original.__wrapped__ if isinstance(original, _AcpWrapper) else original
+        setattr(owner, attr, _AcpWrapper(target, wrapper))
+        self._saved.append((owner, attr, target))
         return True
-
-    def is_wrapped(self, owner: Any, attr: str) -> bool:
-        return any(o is owner and a == attr for o, a, _ in self._saved)
 
     def restore_all(self) -> None:
         """Put every original attribute back, newest first."""
@@ -41,3 +78,6 @@ class Patches:
                 setattr(owner, attr, original)
             except Exception:  # pragma: no cover - setattr on a class or module does not fail in practice
                 _log.debug("acp_otel: could not restore %r.%s", owner, attr, exc_info=True)
+
+    def __len__(self) -> int:
+        return len(self._saved)

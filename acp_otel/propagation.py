@@ -107,6 +107,14 @@ def _install_log_filter() -> None:
     _log_filter_installed = True
 
 
+def uninstall_log_filter() -> None:
+    """Take the filter off the propagators' loggers (``uninstrument()``); the next extract puts it back."""
+    global _log_filter_installed
+    for name in _PROPAGATOR_LOGGERS:
+        logging.getLogger(name).removeFilter(_LOG_FILTER)
+    _log_filter_installed = False
+
+
 def context_from_carrier(carrier: dict[str, str] | None) -> Context:
     """Extract with the global propagator into an empty context (never the ambient one).
 

@@ -9,6 +9,9 @@ does not define lives under ``acp.*``.
 
 from __future__ import annotations
 
+# The semantic conventions release whose names we use (rpc.system.name, jsonrpc.request.id: 1.39.0).
+SCHEMA_URL = "https://opentelemetry.io/schemas/1.39.0"
+
 RPC_SYSTEM_NAME = "rpc.system.name"
 RPC_SYSTEM_VALUE = "jsonrpc"
 RPC_RESPONSE_STATUS_CODE = "rpc.response.status_code"

@@ -9,7 +9,6 @@ from __future__ import annotations
 import fnmatch
 import logging
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +24,7 @@ ENV_MAX_EVENTS_PER_SPAN = "OTEL_PYTHON_ACP_MAX_EVENTS_PER_SPAN"
 ENV_PROPAGATE_ENV = "OTEL_PYTHON_ACP_PROPAGATE_ENV"
 ENV_INJECT = "OTEL_PYTHON_ACP_INJECT"
 ENV_INJECT_EXCLUDED_METHODS = "OTEL_PYTHON_ACP_INJECT_EXCLUDED_METHODS"
+ENV_FLUSH_ON_EXIT = "OTEL_PYTHON_ACP_FLUSH_ON_EXIT"
 ENV_TOOL_SPANS = "OTEL_PYTHON_ACP_TOOL_SPANS"
 
 # turn: session/update inside a turn has no span (counted / events on the turn or tool span);
@@ -83,6 +83,7 @@ class Settings:
     propagate_env: bool = True
     inject: bool = True
     inject_excluded_methods: MethodMatcher = field(default_factory=MethodMatcher)
+    flush_on_exit: bool = True
 
 
 def _parse_bool(name: str, value: Any, default: bool) -> bool:
@@ -147,9 +148,8 @@ _OPTIONS: dict[str, tuple[str, Any]] = {
     "propagate_env": (ENV_PROPAGATE_ENV, _parse_bool),
     "inject": (ENV_INJECT, _parse_bool),
     "inject_excluded_methods": (ENV_INJECT_EXCLUDED_METHODS, lambda n, v, d: _parse_methods(n, v)),
+    "flush_on_exit": (ENV_FLUSH_ON_EXIT, _parse_bool),
 }
-
-_NAME_RE = re.compile(r"^[a-z_]+$")
 
 
 def load_settings(options: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None) -> Settings:
@@ -162,7 +162,7 @@ def load_settings(options: Mapping[str, Any] | None = None, environ: Mapping[str
     defaults = Settings()
     values: dict[str, Any] = {}
     for key in list(options):
-        if key not in _OPTIONS or not _NAME_RE.match(key):
+        if key not in _OPTIONS:
             _log.warning("acp_otel: unknown option %r ignored", key)
             options.pop(key)
     for key, (env_name, parse) in _OPTIONS.items():

@@ -18,7 +18,13 @@ processor holds spans for up to ``OTEL_BSP_SCHEDULE_DELAY``; SIGTERM's default a
   as it would have (killed by SIGTERM, status -15 / 143). A second SIGTERM during the flush ends the
   process at once. POSIX only.
 
-Uninstrumenting restores ``_receive_loop`` and, if our handler is still installed, ``SIG_DFL``.
+Both are on by default and off with ``flush_on_exit=False`` (``OTEL_PYTHON_ACP_FLUSH_ON_EXIT=false``).
+
+Uninstrumenting restores ``_receive_loop`` and, if our handler is still installed, ``SIG_DFL``. Only the
+main thread may change a signal disposition: uninstrumenting from another thread asks the event loop
+that installed the handler to restore ``SIG_DFL`` on the main thread; until that has run (or when that
+loop no longer runs) the handler is inert, and inert it does exactly what ``SIG_DFL`` does: the
+process ends, killed by SIGTERM.
 """
 
 from __future__ import annotations
@@ -28,12 +34,15 @@ import logging
 import os
 import signal
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-import wrapt
 from opentelemetry import trace
 
-from .patching import Patches
+from .patching import Wrapper
+
+if TYPE_CHECKING:
+    from .instrumentor import InstrumentationState
 
 _log = logging.getLogger("acp_otel")
 
@@ -42,77 +51,30 @@ FLUSH_TIMEOUT_S = 2.0
 SIGTERM and SIGKILL."""
 
 
-class _State:
-    __slots__ = ("tracer_provider",)
-
-    def __init__(self, tracer_provider: Any) -> None:
-        self.tracer_provider = tracer_provider
-
-
-_state: _State | None = None
-_patches = Patches()
-_handler_installed = False
-
-
-def install(tracer_provider: Any = None) -> None:
-    """Flush ``tracer_provider`` (default: the global one at flush time) at end of input and on SIGTERM."""
-    global _state
-    _state = _State(tracer_provider)
-    wrapt.register_post_import_hook(_patch_connection_module, "acp.connection")
-
-
-def uninstall() -> None:
-    """Stop flushing; restore ``Connection._receive_loop`` and the default SIGTERM disposition."""
-    global _state, _handler_installed
-    _state = None
-    _patches.restore_all()
-    if _handler_installed and threading.current_thread() is threading.main_thread():
-        try:
-            if signal.getsignal(signal.SIGTERM) is _on_sigterm:
-                signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            _handler_installed = False
-        except (ValueError, OSError):  # pragma: no cover - not in the main interpreter
-            _log.debug("acp_otel: could not restore SIGTERM", exc_info=True)
-    # From another thread the handler stays; uninstrumented it behaves exactly like SIG_DFL.
-
-
-def _patch_connection_module(module: Any) -> None:
-    if _state is None:
-        return
-    try:
-        conn = module.Connection
-        if "_receive_loop" in conn.__dict__:
-            _patches.wrap(conn, "_receive_loop", _receive_loop)
-    except Exception:
-        _log.debug("acp_otel: could not hook the receive loop", exc_info=True)
-
-
 # ------------------------------------------------------------------ flushing
 
 
-def flush(timeout_s: float = FLUSH_TIMEOUT_S) -> bool:
-    """Force-flush the tracer provider in use, waiting at most ``timeout_s``; ``True`` if it completed.
+def flush(tracer_provider: Any = None, timeout_s: float = FLUSH_TIMEOUT_S) -> bool:
+    """Force-flush ``tracer_provider`` (default: the global one), waiting at most ``timeout_s``.
 
-    The flush runs in a daemon thread, so that neither a slow exporter nor a lock held by the calling
-    thread (when called from a signal handler) can block the caller longer than ``timeout_s``.
+    ``True`` if the flush completed. It runs in a daemon thread, so that neither a slow exporter nor a
+    lock held by the calling thread (when called from a signal handler) can block the caller longer
+    than ``timeout_s``.
     """
+    provider = tracer_provider if tracer_provider is not None else trace.get_tracer_provider()
     done = threading.Event()
     result: list[bool] = []
-    worker = threading.Thread(target=_flush_now, args=(timeout_s, result, done), name="acp-otel-flush", daemon=True)
+    worker = threading.Thread(
+        target=_flush_now, args=(provider, timeout_s, result, done), name="acp-otel-flush", daemon=True
+    )
     worker.start()
     done.wait(timeout_s + 0.1)
     return bool(result and result[0])
 
 
-def _provider() -> Any:
-    state = _state
-    provider = state.tracer_provider if state is not None else None
-    return provider if provider is not None else trace.get_tracer_provider()
-
-
-def _flush_now(timeout_s: float, result: list[bool], done: threading.Event) -> None:
+def _flush_now(provider: Any, timeout_s: float, result: list[bool], done: threading.Event) -> None:
     try:
-        force_flush = getattr(_provider(), "force_flush", None)
+        force_flush = getattr(provider, "force_flush", None)
         ok = bool(force_flush(int(timeout_s * 1000))) if callable(force_flush) else True
         result.append(ok)
     except Exception:
@@ -122,49 +84,92 @@ def _flush_now(timeout_s: float, result: list[bool], done: threading.Event) -> N
         done.set()
 
 
-async def _flush_async() -> None:
-    # flush() is bounded and blocking: keep the event loop serving other connections meanwhile.
-    if not await asyncio.to_thread(flush):
-        _log.debug("acp_otel: flush at end of input did not complete within %.1fs", FLUSH_TIMEOUT_S)
+def receive_loop_wrapper(state: InstrumentationState) -> Wrapper:
+    """``Connection._receive_loop``: flush when the peer closed the stream; install the SIGTERM handler."""
 
+    async def receive_loop(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if state.engine is not None:
+            _install_sigterm_handler(state)
+        result = await wrapped(*args, **kwargs)
+        # Returning normally means end of input, or (0.8 - 0.12.x) a cancellation the loop swallowed
+        # because the application closed the connection: flush only for the former.
+        if state.engine is not None and not getattr(instance, "_closed", False):
+            try:
+                # flush() is bounded and blocking: keep the event loop serving other connections meanwhile.
+                if not await asyncio.to_thread(flush, state.tracer_provider):
+                    _log.debug("acp_otel: flush at end of input did not complete within %.1fs", FLUSH_TIMEOUT_S)
+            except Exception:
+                _log.debug("acp_otel: flush at end of input failed", exc_info=True)
+        return result
 
-async def _receive_loop(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    if _state is not None:
-        _install_sigterm_handler()
-    result = await wrapped(*args, **kwargs)
-    # Returning normally means end of input, or (0.8 - 0.12.x) a cancellation the loop swallowed
-    # because the application closed the connection: flush only for the former.
-    if _state is not None and not getattr(instance, "_closed", False):
-        try:
-            await _flush_async()
-        except Exception:
-            _log.debug("acp_otel: flush at end of input failed", exc_info=True)
-    return result
+    return receive_loop
 
 
 # ------------------------------------------------------------------ SIGTERM
 
 
-def _install_sigterm_handler() -> None:
-    global _handler_installed
-    if _handler_installed or os.name != "posix" or threading.current_thread() is not threading.main_thread():
+def _install_sigterm_handler(state: InstrumentationState) -> None:
+    if state.sigterm_installed or os.name != "posix" or threading.current_thread() is not threading.main_thread():
         return
     try:
-        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-            signal.signal(signal.SIGTERM, _on_sigterm)
-            _handler_installed = True
+        handler = state.sigterm_handler
+        if handler is None:
+            handler = state.sigterm_handler = _make_sigterm_handler(state)
+        current = signal.getsignal(signal.SIGTERM)
+        # Ours may still be there, inert, when uninstrument() ran in another thread.
+        if current is signal.SIG_DFL or current is handler:
+            signal.signal(signal.SIGTERM, handler)
+            state.sigterm_installed = True
+            state.sigterm_restore = _main_thread_caller()
     except (ValueError, OSError):  # pragma: no cover - e.g. a sub-interpreter
         _log.debug("acp_otel: could not install a SIGTERM handler", exc_info=True)
 
 
-def _on_sigterm(signum: int, frame: Any) -> None:
-    global _handler_installed
-    # First of all: a second SIGTERM while we flush ends the process at once.
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    _handler_installed = False
-    if _state is not None:
+def _main_thread_caller() -> Callable[[Callable[[], None]], object] | None:
+    """A way to run a callback on the main thread later: its running event loop, if any."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+    return loop.call_soon_threadsafe
+
+
+def _make_sigterm_handler(state: InstrumentationState) -> Callable[[int, Any], None]:
+    def on_sigterm(signum: int, frame: Any) -> None:
+        # First of all: a second SIGTERM while we flush ends the process at once.
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        installed, state.sigterm_installed = state.sigterm_installed, False
+        if installed and state.engine is not None:  # inert once uninstrumented
+            try:
+                flush(state.tracer_provider)
+            except Exception:  # never let tracing change how the process ends
+                pass
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    return on_sigterm
+
+
+def restore_sigterm(state: InstrumentationState) -> None:
+    """Put ``SIG_DFL`` back if our handler is installed (on the main thread now, or as soon as it can)."""
+    if not state.sigterm_installed:
+        return
+    state.sigterm_installed = False  # inert from here on
+    handler = state.sigterm_handler
+
+    def restore() -> None:
         try:
-            flush()
-        except Exception:  # never let tracing change how the process ends
+            # Not if the application installed a handler of its own meanwhile, nor if we are instrumented again.
+            if signal.getsignal(signal.SIGTERM) is handler and not state.sigterm_installed:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        except (ValueError, OSError):  # pragma: no cover - not in the main interpreter
+            _log.debug("acp_otel: could not restore SIGTERM", exc_info=True)
+
+    if threading.current_thread() is threading.main_thread():
+        restore()
+        return
+    call_on_main_thread, state.sigterm_restore = state.sigterm_restore, None
+    if call_on_main_thread is not None:
+        try:
+            call_on_main_thread(restore)
+        except RuntimeError:  # that loop is closed: the handler stays, inert (SIG_DFL in effect)
             pass
-    os.kill(os.getpid(), signal.SIGTERM)

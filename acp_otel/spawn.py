@@ -30,27 +30,23 @@ import contextlib
 import logging
 import os
 import re
-import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
-import wrapt
 from opentelemetry import trace
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from . import propagation
 from . import semconv as sc
-from .patching import Patches
+from .patching import Wrapper
 from .settings import Settings
 
-_log = logging.getLogger("acp_otel")
+if TYPE_CHECKING:
+    from .instrumentor import InstrumentationState
 
-# Where the SDK's spawn function is looked up: its home module, the module that calls it by its
-# imported name (spawn_agent_process, spawn_client_process, spawn_stdio_connection) and the package.
-_SPAWN_OWNERS = ("acp.transports", "acp.stdio", "acp")
-_SPAWN_ATTR = "spawn_stdio_transport"
+_log = logging.getLogger("acp_otel")
 
 ENV_SERVICE_NAME = "OTEL_SERVICE_NAME"
 ENV_RESOURCE_ATTRIBUTES = "OTEL_RESOURCE_ATTRIBUTES"
@@ -59,59 +55,8 @@ ENV_PYTHONPATH = "PYTHONPATH"
 _PYTHON_RE = re.compile(r"^(python|pypy)[0-9.]*(w)?(\.exe)?$", re.IGNORECASE)
 _NODE_RE = re.compile(r"^(node|nodejs|bun|deno)(\.exe)?$", re.IGNORECASE)
 # Python options that take a separate argument (`python -X dev agent.py`).
-_PYTHON_OPTS_WITH_ARG = frozenset({"-X", "-W", "-Q"})
+_PYTHON_OPTS_WITH_ARG = frozenset({"-X", "-W"})
 _EXECUTABLE_SUFFIXES = (".exe", ".cmd", ".bat", ".py", ".js", ".mjs", ".cjs", ".ts", ".sh")
-
-
-class _State:
-    __slots__ = ("settings", "tracer")
-
-    def __init__(self, tracer: trace.Tracer, settings: Settings) -> None:
-        self.tracer = tracer
-        self.settings = settings
-
-
-_state: _State | None = None
-_patches = Patches()
-
-
-def install(tracer: trace.Tracer, settings: Settings) -> None:
-    """Trace spawns and propagate the environment, now or as soon as ``acp`` is imported."""
-    global _state
-    _state = _State(tracer, settings)
-    # acp/__init__ imports acp.transports and acp.stdio (0.8 - 1.0rc3): one hook sees all three owners.
-    wrapt.register_post_import_hook(_patch_acp, "acp")
-
-
-def uninstall() -> None:
-    """Stop tracing spawns and put the SDK's functions back."""
-    global _state
-    _state = None
-    _patches.restore_all()
-
-
-def _is_our_wrapper(obj: Any) -> bool:
-    return isinstance(obj, wrapt.FunctionWrapper) and getattr(obj, "_self_wrapper", None) is _spawn_wrapper
-
-
-def _patch_acp(_module: Any) -> None:
-    if _state is None:  # a hook registered by an earlier instrument() that has since been undone
-        return
-    for name in _SPAWN_OWNERS:
-        owner = sys.modules.get(name)
-        if owner is None or _patches.is_wrapped(owner, _SPAWN_ATTR):
-            continue
-        try:
-            current = owner.__dict__.get(_SPAWN_ATTR)
-            if current is None:
-                continue
-            if _is_our_wrapper(current):
-                # Imported by name from a module we had already patched: wrap the original instead, so
-                # that nothing is traced twice and uninstrument restores the original function.
-                setattr(owner, _SPAWN_ATTR, current.__wrapped__)
-            _patches.wrap(owner, _SPAWN_ATTR, _spawn_wrapper)
-        except Exception:
-            _log.debug("acp_otel: could not patch %s.%s", name, _SPAWN_ATTR, exc_info=True)
 
 
 # ------------------------------------------------------------------ pure helpers
@@ -259,26 +204,31 @@ def _bind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, tuple[str
     return str(command), tuple(str(a) for a in args[1:]), kwargs.get("env")
 
 
-def _spawn_wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    state = _state
-    if state is None or not args:
-        return wrapped(*args, **kwargs)
-    return _traced_spawn(state, wrapped, args, kwargs)
+def spawn_wrapper(state: InstrumentationState) -> Wrapper:
+    """``spawn_stdio_transport``: an ``acp.spawn`` span and the OpenTelemetry environment for the child."""
+
+    def spawn(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        settings, tracer = state.settings, state.tracer
+        if settings is None or tracer is None or not args:
+            return wrapped(*args, **kwargs)
+        return _traced_spawn(tracer, settings, wrapped, args, kwargs)
+
+    return spawn
 
 
 @contextlib.asynccontextmanager
 async def _traced_spawn(
-    state: _State, wrapped: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    tracer: trace.Tracer, settings: Settings, wrapped: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> AsyncIterator[Any]:
     span = None
     try:
         command, cmd_args, caller_env = _bind(args, kwargs)
         if is_instrumentation_enabled():
             attributes: dict[str, Any] = {sc.PROCESS_EXECUTABLE_NAME: _basename(command)}
-            if state.settings.capture_content:
+            if settings.capture_content:
                 attributes[sc.PROCESS_COMMAND_ARGS] = [command, *cmd_args]
-            span = state.tracer.start_span(sc.SPAWN_SPAN_NAME, kind=SpanKind.INTERNAL, attributes=attributes)
-        if state.settings.propagate_env:
+            span = tracer.start_span(sc.SPAWN_SPAN_NAME, kind=SpanKind.INTERNAL, attributes=attributes)
+        if settings.propagate_env:
             ctx = trace.set_span_in_context(span) if span is not None else None
             trace_env = env_carrier(propagation.carrier_for(ctx)) if span is not None else {}
             kwargs = {

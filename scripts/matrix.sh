@@ -16,7 +16,7 @@ if ! .venv/bin/python -c "import nox" 2>/dev/null; then
 fi
 # scripts/sdk_suite.py writes one summary-VERSION.json per SDK-suite run into the sdist cache folder;
 # remove those of earlier runs so that only this run's are printed.
-cache="$(.venv/bin/python tests/sdk_sdist.py)"
+cache="$(.venv/bin/python tests/support/sdk_sdist.py)"
 rm -f "$cache"/summary-*.json
 start=$SECONDS
 status=0

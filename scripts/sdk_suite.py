@@ -9,7 +9,7 @@ Steps: download the SDK's sdist (``pip download --no-binary :all: --no-deps``) i
 unpack it, install the test requirements its pyproject declares (the ``dev`` dependency group minus
 lint and docs tools), then run its ``tests/`` from the unpacked tree, which imports the *installed*
 ``acp`` (the sdist uses a src layout, so ``src/`` is not importable from there; this is checked). The
-second run loads ``tests/sdk_suite_plugin.py`` (``-p sdk_suite_plugin``), which instruments before any
+second run loads ``tests/support/sdk_suite_plugin.py`` (``-p sdk_suite_plugin``), which instruments before any
 test and fails the run if no span was produced.
 
 Exit status is 0 when both runs completed (pytest exit status 0 or 1), the plain run passed some tests,
@@ -18,7 +18,7 @@ tests in ``DESELECT_TRACED``, which assert wire payloads that our ``_meta`` keys
 test that passed plain and is missing from the traced run counts as failed. A test that fails only when
 traced is re-run once, traced, to tell a flaky test from a real regression.
 
-The summary goes to ``summary-VERSION.json`` in the sdist cache folder (``tests/sdk_sdist.py``) unless
+The summary goes to ``summary-VERSION.json`` in the sdist cache folder (``tests/support/sdk_sdist.py``) unless
 ``--json`` names another file. Needs Python 3.11+ (``tomllib``); the ``sdk_suite`` nox session uses 3.12.
 """
 
@@ -38,12 +38,13 @@ from pathlib import Path
 import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "support"))
 
-import sdk_sdist  # noqa: E402 - tests/ holds the one sdist fetcher (shared with tests/test_e2e.py)
+import sdk_sdist  # noqa: E402 - tests/support holds the one sdist fetcher (shared with tests/test_e2e.py)
 
 # The plugin, and the module it imports, are copied next to each other for the traced run.
-PLUGIN_FILES = [ROOT / "tests" / "sdk_suite_plugin.py", ROOT / "tests" / "span_file_exporter.py"]
+SUPPORT = ROOT / "tests" / "support"
+PLUGIN_FILES = [SUPPORT / "sdk_suite_plugin.py", SUPPORT / "span_file_exporter.py"]
 
 # Dev-group entries that are lint, type-check, packaging or docs tools: never needed to run tests.
 NOT_FOR_TESTS = {"tox-uv", "deptry", "ty", "ruff", "mkdocs", "mkdocs-material", "mkdocstrings", "prek", "pre-commit"}

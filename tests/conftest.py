@@ -1,20 +1,20 @@
-"""Shared fixtures: an instrumented tracer provider with an in-memory exporter, and real connections."""
+"""Shared fixtures: an instrumented tracer provider with an in-memory exporter, and real connections.
+
+The helpers these fixtures use live in ``tests/support`` (on pytest's ``pythonpath``); the programs the
+tests start as processes live in ``tests/peers``.
+"""
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
+from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
 from spans import SpanCounter
 
 from acp_otel import AcpInstrumentor
@@ -24,10 +24,17 @@ from acp_otel import AcpInstrumentor
 def _nothing_left_instrumented() -> Iterator[None]:
     """Every test leaves the SDK unpatched: a test that forgot to uninstrument fails itself, not later ones."""
     yield
-    from acp_otel import sdk_adapter, shutdown, spawn
+    state = AcpInstrumentor()._state
+    assert state.engine is None and state.settings is None, "still instrumented after the test"
+    assert len(state.patches) == 0, "SDK attributes still wrapped after the test"
 
-    assert sdk_adapter.current_engine() is None, "still instrumented after the test"
-    assert spawn._state is None and shutdown._state is None, "spawn/shutdown hooks still installed"
+
+@pytest.fixture(autouse=True, scope="module")
+def _no_global_tracer_provider_left() -> Iterator[None]:
+    """No test module leaves a global tracer provider behind (reset it with
+    ``opentelemetry.test.globals_test.reset_trace_globals``)."""
+    yield
+    assert isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider), "a global tracer provider was left set"
 
 
 @pytest.fixture

@@ -235,12 +235,10 @@ async def test_updates_outside_a_turn_keep_their_spans(instrument: Any, exporter
 
 
 async def test_uninstrument_leaves_nothing_on_live_connections(instrument: Any, pair: Any, counter: Any) -> None:
-    from acp_otel import sdk_adapter
-
     p = await pair(ScriptAgent([_tool("open-at-uninstrument")]), TraceClient())
     session_id = await open_session(p.client_conn)
     await prompt(p.client_conn, session_id, "hello")
-    engine = sdk_adapter.current_engine()
+    engine = instrument.instrumentor._state.engine
     assert engine is not None and len(engine._peers) == 2
     instrument.off()
     assert len(engine._peers) == 0  # the per-connection state lived in the engine only

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -12,9 +11,8 @@ from typing import Any
 import pytest
 from acp_app import TraceClient, initialize, prompt
 from opentelemetry.trace import SpanKind, StatusCode
+from paths import TRACE_AGENT, peer_env
 from spans import find, one, span_id, trace_id
-
-HERE = Path(__file__).resolve().parent
 
 
 @pytest.fixture(autouse=True)
@@ -24,10 +22,7 @@ def _span_per_message(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _agent_env(span_file: Path) -> dict[str, str]:
-    return {
-        "ACP_OTEL_TEST_SPANS": str(span_file),
-        "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent)]),
-    }
+    return peer_env({"ACP_OTEL_TEST_SPANS": str(span_file)})
 
 
 def _read(span_file: Path) -> list[dict[str, Any]]:
@@ -47,7 +42,7 @@ async def test_turn_across_processes(instrument: Any, exporter: Any, tmp_path: P
 
     span_file = tmp_path / "agent-spans.jsonl"
     client = TraceClient()
-    async with spawn_agent_process(client, sys.executable, str(HERE / "acp_app.py"), env=_agent_env(span_file)) as (
+    async with spawn_agent_process(client, sys.executable, str(TRACE_AGENT), env=_agent_env(span_file)) as (
         conn,
         _proc,
     ):
@@ -92,8 +87,7 @@ async def test_peer_killed_with_request_pending(instrument: Any, exporter: Any, 
     if "_disconnect" not in vars(Connection):  # what rejects pending requests at peer EOF (0.10.1+)
         pytest.skip("SDK 0.9 and older leave requests pending forever when the peer exits")
     # The agent runs untraced: this test is about the caller's span.
-    env = {"PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent)])}
-    async with spawn_agent_process(TraceClient(), sys.executable, str(HERE / "acp_app.py"), env=env) as (conn, proc):
+    async with spawn_agent_process(TraceClient(), sys.executable, str(TRACE_AGENT), env=peer_env()) as (conn, proc):
         await initialize(conn)
         session = await conn.new_session(cwd=str(tmp_path), mcp_servers=[])
         with pytest.raises(ConnectionError):

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sdk_versions import EXAMPLES_IMPORT
 
 from acp_otel import cli
 from acp_otel.demo import runner
@@ -62,6 +63,7 @@ def test_export_problems_tells_lost_batches_from_retries() -> None:
     assert runner.export_problems("[agent] INFO fine\n") == ([], [])
 
 
+@EXAMPLES_IMPORT
 @pytest.mark.e2e
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
@@ -102,7 +104,9 @@ def test_demo_runs_the_examples_shipped_in_the_package() -> None:
     assert packaged == (Path(runner.__file__).resolve().parent / "examples")
     assert (packaged / "README.md").is_file()  # the file the example client attaches to its prompt
     # The repository's examples/ holds links to those files, not a second copy to keep in step.
+    # (Compared with the source tree's package: in the matrix the package under test is an installed copy.)
+    source_copies = EXAMPLES.parent / "acp_otel" / "demo" / "examples"
     for name in ("client.py", "agent.py", "README.md"):
-        assert (EXAMPLES / name).resolve() == packaged / name, name
+        assert (EXAMPLES / name).resolve() == source_copies / name, name
     with pytest.raises(runner.DemoError, match="were not found"):
         runner.find_examples(EXAMPLES / "nowhere")

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from otlp_grpc_receiver import GrpcOtlpReceiver
 from sdk_sdist import DOWNLOAD_TIMEOUT, fetch_sdist
+from sdk_versions import EXAMPLES_IMPORT, PROMPT_SPAN_ENDS_BEFORE_RESPONSE, sdk_matches
 from spans import find, one
 
 from acp_otel.demo.otlp_json import read_otlp_json
@@ -87,7 +88,7 @@ def sdk_examples() -> Path:
 
     The SDK ships its examples only in the sdist (DESIGN.md §3); fetching it keeps their code out of this
     repository and tests exactly the release that is installed. The sdist is cached where
-    ``scripts/sdk_suite.py`` caches it (``tests/sdk_sdist.py``), so CI, which runs that first, has it.
+    ``scripts/sdk_suite.py`` caches it (``tests/support/sdk_sdist.py``), so CI, which runs that first, has it.
     """
     from importlib.metadata import version
 
@@ -148,6 +149,7 @@ async def drive_turn(conn: Any, module: ModuleType) -> Any:
 # ------------------------------------------------------------------ one turn, two processes, one trace
 
 
+@EXAMPLES_IMPORT
 @pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
 def test_turn_is_one_trace_across_processes(request: pytest.FixtureRequest, protocol: str) -> None:
     # One receiver per transport: spans arriving at it prove the exporters used that transport.
@@ -185,7 +187,10 @@ def test_turn_is_one_trace_across_processes(request: pytest.FixtureRequest, prot
         assert out.parent_span_id == under.span_id
         assert inc.parent_span_id == out.span_id
     # session/update inside the turn: no spans by default (counted on the turn); other notifications keep theirs.
-    assert not find(turn, "session/update")
+    if sdk_matches(">=0.12.1"):
+        # Before 0.12.1 the SDK may run the last session/update handler after the prompt's response, when the
+        # turn has ended: that update then has spans of its own (seen on 0.9.0).
+        assert not find(turn, "session/update")
     assert server_prompt.attributes["acp.turn.chunk_count.agent_message_chunk"] > 0
     for method in ("_example.com/progress",):
         producers = find(turn, method, "PRODUCER", AGENT_SERVICE)
@@ -201,6 +206,7 @@ def test_turn_is_one_trace_across_processes(request: pytest.FixtureRequest, prot
     assert "process.command_args" not in spawn.attributes
 
 
+@EXAMPLES_IMPORT
 def test_propagate_env_false_agent_exports_nothing(receiver: OtlpReceiver) -> None:
     env = otel_env(receiver, OTEL_PYTHON_ACP_PROPAGATE_ENV="false")
     done = run_instrumented([str(EXAMPLES / "client.py")], env)
@@ -257,6 +263,7 @@ async def test_spawned_agent_environment(instrument: Any, exporter: Any, monkeyp
     assert not [k for k in env if k.startswith("OTEL_") or k in ("TRACEPARENT", "PYTHONPATH")]
 
 
+@EXAMPLES_IMPORT
 async def test_explicit_service_name_wins(
     instrument: Any,
     exporter: Any,
@@ -312,6 +319,8 @@ async def _spawn_plain(command: list[str], env: dict[str, str]) -> asyncio.subpr
     )
 
 
+@EXAMPLES_IMPORT
+@PROMPT_SPAN_ENDS_BEFORE_RESPONSE
 async def test_sigterm_right_after_the_turn_loses_no_spans(
     grpc_receiver: GrpcOtlpReceiver, example_client: ModuleType
 ) -> None:
@@ -353,6 +362,7 @@ async def test_sigterm_right_after_the_turn_loses_no_spans(
     assert {"initialize", "session/new", "session/prompt", "execute_tool search"} <= {s.name for s in spans}
 
 
+@EXAMPLES_IMPORT
 async def test_end_of_input_flushes_before_exit(
     receiver: OtlpReceiver, example_client: ModuleType, tmp_path: Path
 ) -> None:
@@ -419,6 +429,21 @@ def test_sdk_example_client_terminates_its_agent(receiver: OtlpReceiver, sdk_exa
 # ------------------------------------------------------------------ the demo command
 
 
+@pytest.fixture
+def demo_finds_examples(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Skip unless the installed package finds the examples from outside the repository (as the demo does when
+    run from anywhere): a non-editable install that does not ship them cannot run the demo."""
+    from acp_otel.demo import runner
+
+    monkeypatch.chdir(tmp_path)
+    try:
+        runner.find_examples()
+    except runner.DemoError as exc:
+        pytest.skip(f"this install of acp_otel has no examples for the demo: {exc}")
+
+
+@EXAMPLES_IMPORT
+@pytest.mark.usefixtures("demo_finds_examples")
 def test_demo_with_embedded_receiver(tmp_path: Path) -> None:
     output = tmp_path / "trace.json"
     done = subprocess.run(
@@ -446,6 +471,8 @@ def test_demo_with_embedded_receiver(tmp_path: Path) -> None:
     assert json.loads(line)["resourceSpans"]
 
 
+@EXAMPLES_IMPORT
+@pytest.mark.usefixtures("demo_finds_examples")
 def test_demo_with_endpoint_prints_the_trace_id(receiver: OtlpReceiver, tmp_path: Path) -> None:
     env = clean_env()
     env["OTEL_EXPORTER_OTLP_ENDPOINT"] = receiver.http_endpoint

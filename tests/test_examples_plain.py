@@ -15,6 +15,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from sdk_versions import EXAMPLES_TRANSCRIPT
+
+pytestmark = EXAMPLES_TRANSCRIPT
 
 ROOT = Path(__file__).resolve().parents[1]
 CLIENT = ROOT / "examples" / "client.py"

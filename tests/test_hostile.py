@@ -27,7 +27,7 @@ from hostile_harness import (
 from spans import SpanCounter, one
 
 
-@pytest.mark.parametrize("case", INCOMING, ids=[c.name for c in INCOMING])
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.name, marks=c.marks) for c in INCOMING])
 async def test_incoming_hostile_input(case: Any, instrument: Any, counter: SpanCounter, exporter: Any) -> None:
     plain_run, traced = await run_off_then_on(
         instrument, incoming_exchange, case.side, list(case.lines), counter=counter

@@ -12,8 +12,9 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 from spans import find, one, parent_of, span_id, trace_id, wait_spans_closed, wait_until
 
+from acp_otel.semconv import RESERVED_META_KEYS
+
 C, S, P, N = SpanKind.CLIENT, SpanKind.SERVER, SpanKind.PRODUCER, SpanKind.CONSUMER
-TRACE_KEYS = {"traceparent", "tracestate", "baggage"}
 
 
 class RecordingClient(TraceClient):
@@ -90,7 +91,7 @@ async def test_none_has_no_notification_spans_but_keeps_context(instrument: Any,
     assert len(p.client.ext_notes) == 1
     method, params = p.client.ext_notes[0]
     assert method == "test.dev/note"
-    assert not TRACE_KEYS & set((params.get("_meta") or {}).keys())
+    assert not set(RESERVED_META_KEYS) & set((params.get("_meta") or {}).keys())
     assert not any(e.name == "acp.session.update" for s in spans for e in s.events)
 
 
@@ -181,13 +182,11 @@ async def test_turns_end_however_the_prompt_ends(
 ) -> None:
     from acp.exceptions import RequestError
 
-    from acp_otel import sdk_adapter
-
     instrument(notification_spans=mode)
     p = await pair(TraceAgent(), RecordingClient())
     await initialize(p.client_conn)
     session_id = (await p.client_conn.new_session(cwd="/tmp", mcp_servers=[])).session_id
-    assert sdk_adapter.current_engine() is not None
+    assert instrument.instrumentor._state.engine is not None
     assert (await prompt(p.client_conn, session_id, "hello")).stop_reason == "end_turn"
     for text in ("fail", "rpcerror"):
         with pytest.raises(RequestError):

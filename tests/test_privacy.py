@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 from acp_app import FILE_BODY, SECRET, SECRET_PATH, TraceAgent, TraceClient, open_session, prompt
+from paths import PEERS
+from sdk_versions import EXAMPLES_IMPORT
 from spans import span_strings
-
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 PROMPT_WORDS = "PROMPT-WORDS-PRIVATE"
 # Everything the test app says that is conversation content (chunks, tool titles, permission options,
@@ -106,7 +106,7 @@ def _run_examples(tmp: Path, capture: int | None) -> tuple[list[dict[str, Any]],
     secret_file = os.path.join(tmp, "private-PATH-SECRET.txt")
     with open(secret_file, "w", encoding="utf-8") as fh:
         fh.write("line one FILE-CONTENT-SECRET\nline two\n")
-    runner = os.path.join(HERE, "privacy_runner.py")
+    runner = str(PEERS / "privacy_runner.py")
     cap = ["--capture", str(capture)] if capture else []
     cmd = [
         sys.executable,
@@ -163,6 +163,7 @@ EXAMPLE_CONTENT = (
 )
 
 
+@EXAMPLES_IMPORT
 def test_examples_default_records_no_content(tmp_path: Path) -> None:
     spans, stdout = _run_examples(tmp_path, capture=None)
     assert "[stop] end_turn" in stdout
@@ -174,6 +175,7 @@ def test_examples_default_records_no_content(tmp_path: Path) -> None:
     assert not leaks, leaks
 
 
+@EXAMPLES_IMPORT
 def test_examples_capture_content_truncated(tmp_path: Path) -> None:
     limit = 48
     spans, _ = _run_examples(tmp_path, capture=limit)

@@ -108,17 +108,17 @@ async def test_untraced_python_agent_full_turn(sink: OtlpSink) -> None:
     assert result.stop_reason == "end_turn"  # the agent checked the file body, permission and ext answers
     assert run.client.ext_params and run.client.ext_params[0]["value"] == 42
     assert run.returncode == 0
-    spans = sink.wait_for(has("_test.dev/note", "PRODUCER", "acp_app"))
-    turn = the(spans, "session/prompt", "CLIENT", "acp_app")
+    spans = sink.wait_for(has("_test.dev/note", "PRODUCER", "trace_agent"))
+    turn = the(spans, "session/prompt", "CLIENT", "trace_agent")
     for name in ("fs/read_text_file", "session/request_permission", "_test.dev/echo"):
-        span = the(spans, name, "CLIENT", "acp_app")
+        span = the(spans, name, "CLIENT", "trace_agent")
         assert span.status == "UNSET"
         if hasattr(Settings(), "tool_spans") and name != "_test.dev/echo":
             # The agent layer puts the agent's session-scoped calls into its turn.
             assert span.trace_id == turn.trace_id and span.parent_id is not None
         else:  # the agent sent no context (and the extension call names no session): a new root
             assert span.parent_id is None
-    echo = the(spans, "_test.dev/echo", "CLIENT", "acp_app")
+    echo = the(spans, "_test.dev/echo", "CLIENT", "trace_agent")
     assert echo.attributes["acp.extension.namespace"] == "test.dev"
     assert not any(FILE_BODY in repr(s.attributes) for s in spans)
 

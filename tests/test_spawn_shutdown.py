@@ -6,12 +6,12 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 from typing import Any
 
 import pytest
 from acp_app import initialize
 from opentelemetry.sdk.trace import TracerProvider
+from paths import peer_env
 from spans import one, wait_until
 
 from acp_otel import AcpInstrumentor, shutdown
@@ -158,7 +158,7 @@ async def test_end_of_input_flushes_and_sigterm_handler_is_installed_and_restore
     try:
         p = await pair()
         await initialize(p.client_conn)  # a round trip: both receive loops are running
-        assert signal.getsignal(signal.SIGTERM) is shutdown._on_sigterm
+        assert signal.getsignal(signal.SIGTERM) is instrumentor._state.sigterm_handler
         for writer in p._writers:  # the peer goes away: both receive loops reach end of input
             writer.close()
         await wait_until(lambda: provider.flushes >= 1, what="a flush at end of input")
@@ -192,44 +192,61 @@ def test_flush_is_bounded() -> None:
             time.sleep(5)
             return True
 
-    shutdown.install(Stuck())
-    try:
-        import time
+    import time
 
-        started = time.monotonic()
-        assert shutdown.flush(0.2) is False
-        assert time.monotonic() - started < 1
-    finally:
-        shutdown.uninstall()
+    started = time.monotonic()
+    assert shutdown.flush(Stuck(), 0.2) is False
+    assert time.monotonic() - started < 1
+
+
+_VICTIM = """
+import asyncio, os, signal, sys, threading
+from acp_app import Pair, TraceAgent, TraceClient, initialize
+from opentelemetry.sdk.trace import TracerProvider
+from acp_otel import AcpInstrumentor
+
+MARKER, MODE = sys.argv[1], sys.argv[2]
+
+class P(TracerProvider):
+    def force_flush(self, timeout_millis=30000):
+        open(MARKER, "w").write(str(timeout_millis))
+        return True
+
+async def main():
+    instrumentor = AcpInstrumentor()
+    instrumentor.instrument(tracer_provider=P())
+    pair = await Pair(TraceAgent(), TraceClient()).start()
+    await initialize(pair.client_conn)  # the receive loops run on the main thread: our handler is installed
+    assert signal.getsignal(signal.SIGTERM) is instrumentor._state.sigterm_handler
+    await pair.close()
+    return instrumentor
+
+instrumentor = asyncio.run(main())
+if MODE == "uninstrumented-elsewhere":
+    # No event loop runs any more: the handler cannot be taken off from another thread, so it stays, inert.
+    worker = threading.Thread(target=instrumentor.uninstrument)
+    worker.start()
+    worker.join()
+    assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+if os.path.exists(MARKER):
+    os.remove(MARKER)  # only a flush on SIGTERM counts
+print("ready", flush=True)
+signal.pause() if hasattr(signal, "pause") else __import__("time").sleep(30)
+"""
 
 
 @pytest.mark.skipif(os.name != "posix", reason="SIGTERM semantics are POSIX")
-def test_sigterm_exit_status_is_unchanged(tmp_path: Any) -> None:
-    """A process killed by SIGTERM while our handler is installed still dies of SIGTERM (-15), after a flush."""
-    script = tmp_path / "victim.py"
+@pytest.mark.parametrize("mode", ["instrumented", "uninstrumented-elsewhere"])
+def test_sigterm_exit_status_is_unchanged(tmp_path: Any, mode: str) -> None:
+    """A process killed by SIGTERM while our handler is installed still dies of SIGTERM (-15): after a flush
+    while instrumented, with no flush once uninstrumented (from a thread that could not restore SIG_DFL)."""
     marker = tmp_path / "flushed"
-    script.write_text(
-        textwrap.dedent(
-            f"""
-            import os, signal, sys, time
-            from opentelemetry.sdk.trace import TracerProvider
-            from acp_otel import shutdown
-
-            class P(TracerProvider):
-                def force_flush(self, timeout_millis=30000):
-                    open({str(marker)!r}, "w").write(str(timeout_millis))
-                    return True
-
-            shutdown.install(P())
-            shutdown._install_sigterm_handler()
-            assert signal.getsignal(signal.SIGTERM) is shutdown._on_sigterm
-            print("ready", flush=True)
-            time.sleep(30)
-            """
-        ),
-        encoding="utf-8",
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _VICTIM, str(marker), mode],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **peer_env()},
     )
-    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
         proc.terminate()
@@ -237,4 +254,7 @@ def test_sigterm_exit_status_is_unchanged(tmp_path: Any) -> None:
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert marker.read_text() == str(int(shutdown.FLUSH_TIMEOUT_S * 1000))
+    if mode == "instrumented":
+        assert marker.read_text() == str(int(shutdown.FLUSH_TIMEOUT_S * 1000))
+    else:
+        assert not marker.exists()

@@ -20,13 +20,13 @@ REPO = TESTS.parent
 TS_AGENT_DIR = TESTS / "ts_agent"
 RAW_PEER = [sys.executable, str(PEERS / "raw_peer.py")]
 PROXY = [sys.executable, "-m", "acp_otel.cli", "proxy"]
-PY_AGENT = [sys.executable, str(TESTS / "acp_app.py")]
+PY_AGENT = [sys.executable, str(TESTS / "peers" / "trace_agent.py")]
 
 
 def base_env(**extra: str) -> dict[str, str]:
-    """This environment without OTEL_* / test variables, tests/ and the repo on PYTHONPATH, plus ``extra``."""
+    """This environment without OTEL_* / test variables, tests/support and the repo on PYTHONPATH, plus ``extra``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_") and k != "ACP_OTEL_TEST_SPANS"}
-    env["PYTHONPATH"] = os.pathsep.join([str(TESTS), str(REPO)])
+    env["PYTHONPATH"] = os.pathsep.join([str(TESTS / "support"), str(REPO)])
     env.update(extra)
     return env
 

@@ -18,7 +18,8 @@ from typing import Any
 from log_capture import capture_logs
 from spans import SpanCounter, wait_spans_closed
 
-TRACE_KEYS = ("traceparent", "tracestate", "baggage")
+from acp_otel.semconv import RESERVED_META_KEYS
+
 SENTINEL_ID = "sentinel-id"
 
 AGENT_SENTINEL = {"jsonrpc": "2.0", "id": SENTINEL_ID, "method": "authenticate", "params": {"methodId": "sentinel"}}
@@ -167,9 +168,9 @@ def strip_root_meta(params: Any) -> Any:
     if type(params) is not dict or type(params.get("_meta")) is not dict:
         return params
     meta = params["_meta"]
-    if not any(k in meta for k in TRACE_KEYS):
+    if not any(k in meta for k in RESERVED_META_KEYS):
         return params
-    new_meta = {k: v for k, v in meta.items() if k not in TRACE_KEYS}
+    new_meta = {k: v for k, v in meta.items() if k not in RESERVED_META_KEYS}
     out = {k: v for k, v in params.items() if k != "_meta"}
     if new_meta:
         out["_meta"] = new_meta
@@ -183,7 +184,7 @@ def expected_calls(calls: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
         if call[0] in ("ext_method", "ext_notification"):
             out.append((call[0], call[1], strip_root_meta(call[2])))
         else:
-            out.append((call[0], {k: v for k, v in call[1].items() if k not in TRACE_KEYS}))
+            out.append((call[0], {k: v for k, v in call[1].items() if k not in RESERVED_META_KEYS}))
     return out
 
 
@@ -433,7 +434,7 @@ def _without_trace_keys(message: Any, baseline: Any) -> Any:
         return message
     params = dict(message["params"])
     if type(params.get("_meta")) is dict:
-        params["_meta"] = {k: v for k, v in params["_meta"].items() if k not in TRACE_KEYS}
+        params["_meta"] = {k: v for k, v in params["_meta"].items() if k not in RESERVED_META_KEYS}
         base_params = baseline.get("params") if isinstance(baseline, dict) else None
         had_meta = type(base_params) is dict and "_meta" in base_params
         if not params["_meta"] and had_meta and base_params["_meta"] is None:
@@ -456,9 +457,9 @@ def assert_same_incoming(plain_run: Outcome, traced: Outcome, label: str = "") -
     for call in traced.calls:  # the handler never sees our keys at the root of its arguments
         if call[0] in ("ext_method", "ext_notification"):
             meta = call[2].get("_meta") if isinstance(call[2], dict) else None
-            assert not (isinstance(meta, dict) and any(k in meta for k in TRACE_KEYS)), (label, call)
+            assert not (isinstance(meta, dict) and any(k in meta for k in RESERVED_META_KEYS)), (label, call)
         else:
-            assert not any(k in call[1] for k in TRACE_KEYS), (label, call)
+            assert not any(k in call[1] for k in RESERVED_META_KEYS), (label, call)
     assert traced.logs == plain_run.logs, label
     assert traced.disconnected == plain_run.disconnected, label
 

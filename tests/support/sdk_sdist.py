@@ -2,7 +2,7 @@
 
 Used by ``scripts/sdk_suite.py`` (the SDK's own test suite) and ``tests/test_e2e.py`` (the SDK's own
 examples). Standard library only. The cache folder is ``.nox/_sdk_suite`` in the repository unless
-``ACP_OTEL_SDK_CACHE`` names another; ``python tests/sdk_sdist.py`` prints it.
+``ACP_OTEL_SDK_CACHE`` names another; ``python tests/support/sdk_sdist.py`` prints it.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("ACP_OTEL_SDK_CACHE", ROOT / ".nox" / "_sdk_suite"))
 DOWNLOAD_TIMEOUT = 180  # seconds; callers' own timeouts must allow for it
 

@@ -1,4 +1,4 @@
-"""An agent process (``acp_app.py``) spawned over stdio pipes, with a client connection in this process.
+"""An agent process (``tests/peers/trace_agent.py``) spawned over stdio pipes, with a client connection in this process.
 
     async with agent_process("nokwargs", env={...}) as agent:
         await initialize(agent.conn)
@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+from paths import TRACE_AGENT, peer_env
 
 
 class _Tee:
@@ -56,16 +56,16 @@ class AgentProcess:
 async def agent_process(
     *args: str, env: dict[str, str] | None = None, client: Any = None, exit_timeout: float = 10.0
 ) -> AsyncIterator[AgentProcess]:
-    """``python acp_app.py *args`` with ``env`` added to this environment (PYTHONPATH: tests/ and the repo)."""
+    """``python trace_agent.py *args`` with ``env`` added to this environment."""
     from acp import ClientSideConnection
     from acp_app import TraceClient
 
     full_env = {k: v for k, v in os.environ.items() if k != "ACP_OTEL_TEST_SPANS"}  # uninstrumented unless env= says
-    full_env.update({"PYTHONPATH": os.pathsep.join([HERE, os.path.dirname(HERE)]), **(env or {})})
+    full_env.update(peer_env(env))
     with tempfile.TemporaryFile() as stderr:
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
-            os.path.join(HERE, "acp_app.py"),
+            str(TRACE_AGENT),
             *args,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,

@@ -1,6 +1,6 @@
 """Run an example (``examples/client.py`` or ``examples/agent.py``) instrumented, every span written to a file.
 
-    python privacy_runner.py SPANFILE [--capture N] client|agent [example arguments...]
+    python tests/peers/privacy_runner.py SPANFILE [--capture N] client|agent [example arguments...]
 
 The spans are written whole (``ReadableSpan.to_json()``: attributes, events, links, status, resource), one
 JSON document per line. Options are passed on the command line because the SDK starts agents with a
@@ -13,11 +13,14 @@ import asyncio
 import sys
 from pathlib import Path
 
+# Started by the SDK with a trimmed environment (no PYTHONPATH): find the support modules.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "support"))
+
 from span_file_exporter import JsonLinesExporter, make_provider, whole_span
 
 from acp_otel.demo.traced_client import load_client
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def main(argv: list[str]) -> int:

@@ -1,9 +1,9 @@
 """Peer process for the fault tests.
 
-``python fault_peers.py client PORT``: a client that connects to an agent on 127.0.0.1:PORT, starts a prompt
-turn and dies (``os._exit``) as soon as the agent asks it for permission.
+``python tests/peers/fault_client.py client PORT``: a client that connects to an agent on 127.0.0.1:PORT,
+starts a prompt turn and dies (``os._exit``) as soon as the agent asks it for permission.
 
-(The agent side of the fault tests is ``acp_app.py`` with ``ACP_OTEL_TEST_SPANS=otlp``.)
+(The agent side of the fault tests is ``trace_agent.py`` with ``ACP_OTEL_TEST_SPANS=otlp``.)
 """
 
 from __future__ import annotations
@@ -11,9 +11,11 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# Run as a script: find the support modules.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "support"))
 
 
 class DyingClient:

@@ -1,4 +1,5 @@
-"""A small real ACP agent and client on the SDK, used by the tests (in-process and as a spawned process).
+"""A small real ACP agent and client on the SDK, used by the tests in process and, through
+``tests/peers/trace_agent.py``, as a spawned process.
 
 Handlers use keyword arguments only, because the SDK's positional order changed between releases.
 The prompt text chooses what the agent does, so one agent serves every scenario.
@@ -9,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import sys
 from typing import Any
 
 from acp import AgentSideConnection, ClientSideConnection
@@ -271,8 +271,3 @@ def agent_main(argv: list[str]) -> None:
     finally:
         if provider is not None:
             provider.shutdown()
-
-
-if __name__ == "__main__":
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    agent_main(sys.argv[1:])
