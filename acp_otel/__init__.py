@@ -6,9 +6,12 @@
     AcpInstrumentor().instrument()
 """
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .version import __version__
+
+if TYPE_CHECKING:  # type checkers see the class; at run time it is imported on first use (below)
+    from ._instrumentor import AcpInstrumentor
 
 __all__ = ["AcpInstrumentor", "__version__"]
 
@@ -17,7 +20,7 @@ def __getattr__(name: str) -> Any:
     # Imported on first use: the instrumentor pulls in opentelemetry-instrumentation (~150 ms), which
     # `acp-otel proxy`, started by editors on every agent start, does not need.
     if name == "AcpInstrumentor":
-        from .instrumentor import AcpInstrumentor
+        from ._instrumentor import AcpInstrumentor
 
         return AcpInstrumentor
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,8 +1,8 @@
 """The ``acp-otel`` command line.
 
 ``acp-otel demo`` runs the example client and agent, traced, and shows the joined trace
-(see :mod:`acp_otel.demo.runner`); ``acp-otel proxy -- CMD`` relays and traces any agent
-(see :mod:`acp_otel.proxy`).
+(see :mod:`acp_otel._demo.runner`); ``acp-otel proxy -- CMD`` relays and traces any agent
+(see :mod:`acp_otel._proxy`).
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .demo import runner
-from .proxy import options as proxy_options
+from ._demo import runner
+from ._proxy import options as proxy_options
 from .version import __version__
 
 
@@ -28,7 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
         "demo",
         help="run the example client and agent, traced, and show the trace",
         description=(
-            "Run the example client (which spawns the example agent; both ship in acp_otel.demo.examples) under "
+            "Run the example client (which spawns the example agent; both ship in acp_otel._demo.examples) under "
             "opentelemetry-instrument and show "
             "the joined trace of both processes. Without OTEL_EXPORTER_OTLP_ENDPOINT the spans go to an "
             "embedded OTLP receiver on loopback and the trace is printed and written to a file; with it they "
@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _proxy(args: argparse.Namespace) -> int:
-    from .proxy.process import run
+    from ._proxy.process import run
 
     return run(proxy_options.options_from_args(args))
 

@@ -31,9 +31,7 @@ import threading
 import time
 from typing import IO, Any
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
-sys.path.insert(0, os.path.join(REPO, "tests", "proxy_peers"))
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 ECHO = [sys.executable, os.path.abspath(__file__), "--echo-agent"]
 PLAIN = [sys.executable, os.path.abspath(__file__), "--plain-relay", "--"]
@@ -196,15 +194,23 @@ def main() -> None:
     if args.plain_relay:
         plain_relay(args.command[1:] if args.command[:1] == ["--"] else args.command)
         return
-    from otlp_sink import OtlpSink
+    # The demo's loopback OTLP/HTTP receiver (the benchmarks import nothing from tests/).
+    from acp_otel._demo.receiver import OtlpReceiver
 
     rounds = args.rounds if args.rounds is not None else (3 if args.smoke else 30)
-    with OtlpSink() as sink:
-        sink_env: dict[str, Any] = sink.env()
+    with OtlpReceiver() as sink:
+        sink_env: dict[str, Any] = {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": sink.http_endpoint,
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+            "OTEL_TRACES_EXPORTER": "otlp",
+            "OTEL_METRICS_EXPORTER": "none",
+            "OTEL_LOGS_EXPORTER": "none",
+            "OTEL_BSP_SCHEDULE_DELAY": "100",
+        }
         trips = measure_round_trips(rounds, args.per_round if not args.smoke else 20, sink_env)
         start = measure_start_up(3 if args.smoke else 10, sink_env)
         report(trips, start, args.per_round if not args.smoke else 20)
-        print(f"spans received by the loopback OTLP receiver: {len(sink.spans)}")
+        print(f"spans received by the loopback OTLP receiver: {len(sink.spans())}")
 
 
 if __name__ == "__main__":

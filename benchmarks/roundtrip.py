@@ -94,7 +94,7 @@ def _sdk_spans_off() -> None:
 
 def default_mode() -> str:
     """The ``notification_spans`` setting in force when the user sets nothing."""
-    from acp_otel.settings import load_settings
+    from acp_otel._settings import load_settings
 
     return load_settings({}).notification_spans
 

@@ -1,1 +1,1 @@
-../acp_otel/demo/examples/agent.py
+../acp_otel/_demo/examples/agent.py

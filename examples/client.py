@@ -1,1 +1,1 @@
-../acp_otel/demo/examples/client.py
+../acp_otel/_demo/examples/client.py

@@ -6,6 +6,8 @@
 #   acp-otel demo              (checks: spans of both services in one trace, written as OTLP JSON)
 #   a zero-code turn           (opentelemetry-instrument python .../client.py -> loopback receiver;
 #                               scripts/zero_code_turn.py)
+#   acp-otel proxy --help, and one traced initialize through acp-otel proxy to the packaged example agent
+#                              (scripts/proxy_check.py: the answer alone on stdout, the span at a receiver)
 # Usage: scripts/wheel_check.sh [SDK_VERSION ...]     (PYTHON selects the interpreter, default python3.11)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,8 +28,8 @@ echo "== build (sdist, then the wheel from the sdist)"
 wheel="$(ls "$work"/dist/*.whl)"
 sdist="$(ls "$work"/dist/*.tar.gz)"
 echo "built $(basename "$wheel") and $(basename "$sdist")"
-must_have=(acp_otel/py.typed acp_otel/demo/examples/client.py acp_otel/demo/examples/agent.py
-    acp_otel/demo/examples/README.md acp_otel/demo/receiver.py)
+must_have=(acp_otel/py.typed acp_otel/_demo/examples/client.py acp_otel/_demo/examples/agent.py
+    acp_otel/_demo/examples/README.md acp_otel/_demo/receiver.py)
 wheel_files="$(.venv/bin/python -m zipfile -l "$wheel")"
 sdist_files="$(tar -tzf "$sdist")"
 for path in "${must_have[@]}"; do
@@ -62,7 +64,7 @@ for sdk in "${sdks[@]}"; do
         cat "$run/demo.txt"; echo "wheel_check: the demo did not show the spans of both services" >&2; exit 1; }
     "$venv/bin/python" - "$run/trace.json" <<'PY'
 import sys
-from acp_otel.demo.otlp_json import read_otlp_json
+from acp_otel._demo.otlp_json import read_otlp_json
 spans = read_otlp_json(sys.argv[1])
 services = {s.service_name for s in spans}
 assert services == {"acp-example-client", "agent"}, services
@@ -70,6 +72,9 @@ assert len({s.trace_id for s in spans}) == 1, "more than one trace"
 print(f"acp-otel demo: ok, {len(spans)} spans of {', '.join(sorted(services))} in one trace")
 PY
     "$venv/bin/python" "$root/scripts/zero_code_turn.py"
+    "$venv/bin/acp-otel" proxy --help >"$run/proxy-help.txt"
+    grep -q -- "--service-name" "$run/proxy-help.txt" || { echo "wheel_check: acp-otel proxy --help" >&2; exit 1; }
+    "$venv/bin/python" "$root/scripts/proxy_check.py" "$venv/bin/acp-otel"
     cd "$root"
 done
 echo "wheel_check.sh: ok for SDK ${sdks[*]} in $((SECONDS - start)) s"

@@ -3,7 +3,7 @@
 Run with the Python of a virtual environment that has the acp-otel wheel and the ACP SDK installed
 (not the source tree): it starts the package's OTLP receiver on loopback, runs
 
-    opentelemetry-instrument python .../acp_otel/demo/examples/client.py
+    opentelemetry-instrument python .../acp_otel/_demo/examples/client.py
 
 (the client spawns the example agent, which acp-otel traces through the inherited environment), and
 checks that the spans of both processes arrive as one trace. Exit status 0 when they do.
@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 
 import acp_otel
-import acp_otel.demo.examples
-from acp_otel.demo.receiver import OtlpReceiver, ReceivedSpan
+import acp_otel._demo.examples
+from acp_otel._demo.receiver import OtlpReceiver, ReceivedSpan
 
 CLIENT_SERVICE = "zero-code-client"
 AGENT_SERVICE = "agent"  # derived from `python .../agent.py`
@@ -35,7 +35,7 @@ def main() -> int:
     source = Path(__file__).resolve().parents[1]
     if Path(acp_otel.__file__).resolve().is_relative_to(source):
         raise SystemExit(f"acp_otel was imported from the source tree ({acp_otel.__file__}), not the wheel")
-    client = Path(acp_otel.demo.examples.__file__).with_name("client.py")
+    client = Path(acp_otel._demo.examples.__file__).with_name("client.py")
     instrument = Path(sys.executable).with_name("opentelemetry-instrument")
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_") and k != "PYTHONPATH"}
     with OtlpReceiver() as receiver:

@@ -15,8 +15,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 from spans import SpanCounter, one, parent_of, span_id
 
-from acp_otel.engine import Engine
-from acp_otel.settings import load_settings
+from acp_otel._engine import Engine
+from acp_otel._settings import load_settings
 
 
 class Peer:

@@ -15,7 +15,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader, PeriodicExpor
 from spans import wait_spans_closed
 from test_agent_turns import USAGE, ScriptAgent, _tool, _tool_update
 
-from acp_otel import metrics as acp_metrics
+from acp_otel import _metrics as acp_metrics
 
 CHUNK = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": SECRET}}
 SCRIPT = [
@@ -134,7 +134,7 @@ async def test_global_meter_provider_is_used_without_the_keyword(
 ) -> None:
     from opentelemetry import metrics
 
-    from acp_otel.metrics import make_instruments
+    from acp_otel._metrics import make_instruments
 
     # The global provider can be set only once per process: check the lookup make_instruments does.
     assert make_instruments(None, "0") is not None  # the global (proxy) provider never fails

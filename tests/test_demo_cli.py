@@ -13,7 +13,7 @@ import pytest
 from sdk_versions import EXAMPLES_IMPORT
 
 from acp_otel import cli
-from acp_otel.demo import runner
+from acp_otel._demo import runner
 
 ACP_OTEL = str(Path(sys.executable).parent / "acp-otel")
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -105,7 +105,7 @@ def test_demo_runs_the_examples_shipped_in_the_package() -> None:
     assert (packaged / "README.md").is_file()  # the file the example client attaches to its prompt
     # The repository's examples/ holds links to those files, not a second copy to keep in step.
     # (Compared with the source tree's package: in the matrix the package under test is an installed copy.)
-    source_copies = EXAMPLES.parent / "acp_otel" / "demo" / "examples"
+    source_copies = EXAMPLES.parent / "acp_otel" / "_demo" / "examples"
     for name in ("client.py", "agent.py", "README.md"):
         assert (EXAMPLES / name).resolve() == source_copies / name, name
     with pytest.raises(runner.DemoError, match="were not found"):

@@ -2,7 +2,7 @@
 
 Every test here starts Python processes under ``opentelemetry-instrument`` (the way users run them, with
 opentelemetry-distro configuring the SDK from ``OTEL_*`` variables) and asserts on what arrived at the
-embedded :class:`~acp_otel.demo.receiver.OtlpReceiver` over OTLP/HTTP or OTLP/gRPC.
+embedded :class:`~acp_otel._demo.receiver.OtlpReceiver` over OTLP/HTTP or OTLP/gRPC.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from sdk_sdist import DOWNLOAD_TIMEOUT, fetch_sdist
 from sdk_versions import EXAMPLES_IMPORT, PROMPT_SPAN_ENDS_BEFORE_RESPONSE, sdk_matches
 from spans import find, one
 
-from acp_otel.demo.otlp_json import read_otlp_json
-from acp_otel.demo.receiver import OtlpReceiver, ReceivedSpan
-from acp_otel.demo.traced_client import load_client
-from acp_otel.spawn import auto_instrumentation_dir
+from acp_otel._demo.otlp_json import read_otlp_json
+from acp_otel._demo.receiver import OtlpReceiver, ReceivedSpan
+from acp_otel._demo.traced_client import load_client
+from acp_otel._spawn import auto_instrumentation_dir
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(60)]
 
@@ -433,7 +433,7 @@ def test_sdk_example_client_terminates_its_agent(receiver: OtlpReceiver, sdk_exa
 def demo_finds_examples(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Skip unless the installed package finds the examples from outside the repository (as the demo does when
     run from anywhere): a non-editable install that does not ship them cannot run the demo."""
-    from acp_otel.demo import runner
+    from acp_otel._demo import runner
 
     monkeypatch.chdir(tmp_path)
     try:

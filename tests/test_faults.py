@@ -23,7 +23,7 @@ from paths import PEERS
 from sdk_versions import PENDING_REJECTED_AT_EOF
 from spans import SpanCounter, find, one, wait_spans_closed, wait_started
 
-from acp_otel.demo.receiver import OtlpReceiver
+from acp_otel._demo.receiver import OtlpReceiver
 
 
 async def _full_turn(pair: Any) -> dict[str, Any]:

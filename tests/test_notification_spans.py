@@ -12,7 +12,7 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 from spans import find, one, parent_of, span_id, trace_id, wait_spans_closed, wait_until
 
-from acp_otel.semconv import RESERVED_META_KEYS
+from acp_otel._semconv import RESERVED_META_KEYS
 
 C, S, P, N = SpanKind.CLIENT, SpanKind.SERVER, SpanKind.PRODUCER, SpanKind.CONSUMER
 

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from opentelemetry import baggage, context, trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
-from acp_otel import propagation
-from acp_otel.semconv import RESERVED_META_KEYS
+from acp_otel import _propagation as propagation
+from acp_otel._semconv import RESERVED_META_KEYS
 
 TP = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 

@@ -24,7 +24,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, TraceState
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from acp_otel import propagation, w3c_fast
+from acp_otel import _propagation as propagation
+from acp_otel import _w3c_fast as w3c_fast
 
 
 def _default() -> CompositePropagator:

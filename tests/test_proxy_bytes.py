@@ -8,7 +8,6 @@ sent, except for the traceparent the proxy writes into ``params._meta`` of what 
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -16,12 +15,9 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "proxy_peers"))
-
 import corpus
 import hostile_corpus
+import pytest
 import raw_peer
 from harness import PROXY, RAW_PEER, base_env, untraced_env
 from otlp_sink import OtlpSink

@@ -1,4 +1,4 @@
-"""The proxy's line relay (:func:`acp_otel.proxy.framing.pump`) over real pipes, with tiny reads so that
+"""The proxy's line relay (:func:`acp_otel._proxy.framing.pump`) over real pipes, with tiny reads so that
 lines straddle reads and the over-the-cap path is exercised."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from acp_otel.proxy import framing
+from acp_otel._proxy import framing
 
 
 def run_pump(data: bytes, cap: int, chunk: int, monkeypatch: pytest.MonkeyPatch) -> tuple[bytes, list[bytes]]:

@@ -4,7 +4,6 @@ exit status, a missing command, and an OTLP endpoint that is down."""
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import subprocess
 import sys
@@ -13,9 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "proxy_peers"))
-
 from acp_app import open_session, prompt
 from harness import PROXY, PY_AGENT, RAW_PEER, base_env, proxied_client
 from otlp_sink import OtlpSink, closed_port

@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "proxy_peers"))
-
 from acp_app import initialize
 from harness import PROXY, PY_AGENT, RAW_PEER, base_env, proxied_client
 from otlp_sink import OtlpSink
 
+from acp_otel._proxy.options import ENV_TOOL_SPANS, options_from_args
+from acp_otel._settings import load_settings
 from acp_otel.cli import build_parser
-from acp_otel.proxy.options import ENV_TOOL_SPANS, options_from_args
-from acp_otel.settings import load_settings
 
 
 def test_help_names_the_command_form() -> None:

@@ -7,19 +7,14 @@ arrive over OTLP/HTTP at a loopback receiver; the editor's (when traced) at an i
 
 from __future__ import annotations
 
-import os
-import sys
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "proxy_peers"))
-
 from acp_app import FILE_BODY, initialize, open_session, prompt
 from harness import PY_AGENT, base_env, proxied_client, ts_agent_command
 from otlp_sink import OtlpSink, Span
 
-from acp_otel.settings import Settings
+from acp_otel._settings import Settings
 
 pytestmark = pytest.mark.e2e
 

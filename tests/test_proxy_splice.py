@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from acp_otel.propagation import inject_into_params
-from acp_otel.proxy.splice import SpliceError, splice_meta
+from acp_otel._propagation import inject_into_params
+from acp_otel._proxy.splice import SpliceError, splice_meta
 
 TP = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
 

@@ -4,18 +4,14 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import sys
 from collections.abc import Iterator
 
 import pytest
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "proxy_peers"))
-
 from acp_app import open_session, prompt
 from harness import PY_AGENT, base_env, proxied_client
 from otlp_sink import OtlpSink
 
-from acp_otel.proxy import telemetry
+from acp_otel._proxy import telemetry
 
 
 @pytest.fixture
@@ -74,8 +70,8 @@ def test_tracing_off(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> No
 
 @pytest.mark.e2e
 @pytest.mark.skipif(
-    importlib.util.find_spec("acp_otel.metrics") is None,
-    reason="the engine's metric instruments come with the agent layer (acp_otel.metrics), not in this build",
+    importlib.util.find_spec("acp_otel._metrics") is None,
+    reason="the engine's metric instruments come with the agent layer (acp_otel._metrics), not in this build",
 )
 async def test_proxy_exports_the_engines_metrics() -> None:
     with OtlpSink() as sink:

@@ -25,8 +25,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode, format_span_id, format_trace_id
 
-from acp_otel.demo.otlp_json import filter_resource_spans, parse_otlp_json, read_otlp_json, write_otlp_json
-from acp_otel.demo.receiver import MAX_BODY_BYTES, OtlpReceiver, ReceivedSpan
+from acp_otel._demo.otlp_json import filter_resource_spans, parse_otlp_json, read_otlp_json, write_otlp_json
+from acp_otel._demo.receiver import MAX_BODY_BYTES, OtlpReceiver, ReceivedSpan
 
 TIMEOUT = 15.0
 PROTOBUF = {"Content-Type": "application/x-protobuf"}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from acp_otel.settings import MethodMatcher, Settings, load_settings
+from acp_otel._settings import MethodMatcher, Settings, load_settings
 
 
 def test_defaults() -> None:

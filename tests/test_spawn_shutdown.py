@@ -1,4 +1,4 @@
-"""Unit tests for acp_otel.spawn (environment and naming rules, patching) and acp_otel.shutdown (flush, SIGTERM)."""
+"""Unit tests for acp_otel._spawn (environment and naming rules, patching) and acp_otel._shutdown (flush, SIGTERM)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from paths import peer_env
 from spans import one, wait_until
 
-from acp_otel import AcpInstrumentor, shutdown
-from acp_otel.spawn import child_environment, env_carrier, service_name_for_command
+from acp_otel import AcpInstrumentor
+from acp_otel import _shutdown as shutdown
+from acp_otel._spawn import child_environment, env_carrier, service_name_for_command
 
 SITE = "/venv/lib/python3.11/site-packages/opentelemetry/instrumentation/auto_instrumentation"
 

@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from spans import wait_until
 
 from acp_otel import AcpInstrumentor
-from acp_otel.instrumentor import PATCH_TABLE, SCHEMA_URL
+from acp_otel._instrumentor import PATCH_TABLE, SCHEMA_URL
 
 
 def _patched_attributes() -> dict[tuple[str, str], Any]:
@@ -165,7 +165,7 @@ def test_post_import_hooks_are_inert_after_uninstrument_and_registered_once() ->
 
 @pytest.mark.parametrize(("value", "expected"), [("false", False), ("0", False), ("true", True), ("", True)])
 def test_flush_on_exit_from_the_environment(monkeypatch: Any, value: str, expected: bool) -> None:
-    from acp_otel.settings import load_settings
+    from acp_otel._settings import load_settings
 
     monkeypatch.setenv("OTEL_PYTHON_ACP_FLUSH_ON_EXIT", value)
     assert load_settings().flush_on_exit is expected

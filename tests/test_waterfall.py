@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from acp_otel.demo.receiver import ReceivedSpan
-from acp_otel.demo.waterfall import render_waterfall, strip_ansi, summary_line
+from acp_otel._demo.receiver import ReceivedSpan
+from acp_otel._demo.waterfall import render_waterfall, strip_ansi, summary_line
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 MS = 1_000_000

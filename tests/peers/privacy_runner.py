@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "support"))
 
 from span_file_exporter import JsonLinesExporter, make_provider, whole_span
 
-from acp_otel.demo.traced_client import load_client
+from acp_otel._demo.traced_client import load_client
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

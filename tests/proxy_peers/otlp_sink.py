@@ -1,6 +1,6 @@
 """A minimal OTLP/HTTP (protobuf) receiver on loopback for the proxy tests: spans, and metric names.
 
-Kept apart from ``acp_otel.demo.receiver`` on purpose: the tests only need spans decoded into flat
+Kept apart from ``acp_otel._demo.receiver`` on purpose: the tests only need spans decoded into flat
 records, and must not depend on the demo's receiver while it is being reworked.
 """
 

@@ -18,7 +18,7 @@ from typing import Any
 from log_capture import capture_logs
 from spans import SpanCounter, wait_spans_closed
 
-from acp_otel.semconv import RESERVED_META_KEYS
+from acp_otel._semconv import RESERVED_META_KEYS
 
 SENTINEL_ID = "sentinel-id"
 

@@ -1,8 +1,8 @@
 """An OTLP/gRPC trace receiver on loopback, for the tests that export over gRPC.
 
-The demo's receiver (:mod:`acp_otel.demo.receiver`) serves OTLP/HTTP only, which is all the demo sends;
+The demo's receiver (:mod:`acp_otel._demo.receiver`) serves OTLP/HTTP only, which is all the demo sends;
 ``opentelemetry-test-utils`` has an OTLP/HTTP test server but none for gRPC. This fixture is the gRPC
-service from ``opentelemetry-proto`` feeding the demo's :class:`~acp_otel.demo.receiver.SpanStore`, so
+service from ``opentelemetry-proto`` feeding the demo's :class:`~acp_otel._demo.receiver.SpanStore`, so
 both transports are read back the same way.
 """
 
@@ -18,7 +18,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from acp_otel.demo.receiver import LOOPBACK, SpanStore
+from acp_otel._demo.receiver import LOOPBACK, SpanStore
 
 
 class GrpcOtlpReceiver(SpanStore):

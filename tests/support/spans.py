@@ -1,7 +1,7 @@
 """Small helpers to find spans in test output, and a span processor that tracks which spans are open.
 
 ``find``/``one`` work on SDK spans (``ReadableSpan``) and on spans an OTLP receiver decoded
-(``acp_otel.demo.receiver.ReceivedSpan``); ``kind`` may be a ``SpanKind`` or its name ("SERVER").
+(``acp_otel._demo.receiver.ReceivedSpan``); ``kind`` may be a ``SpanKind`` or its name ("SERVER").
 """
 
 from __future__ import annotations

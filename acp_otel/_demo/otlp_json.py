@@ -16,7 +16,7 @@ from typing import Any
 from google.protobuf import json_format
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, TracesData
 
-from acp_otel.demo.receiver import ReceivedSpan, spans_from_resource_spans
+from acp_otel._demo.receiver import ReceivedSpan, spans_from_resource_spans
 
 __all__ = [
     "filter_resource_spans",

@@ -1,6 +1,6 @@
 """The proxy's tracing adapter: raw NDJSON lines in, the same lines (with trace keys) out, spans via the engine.
 
-For every request or notification a span is started through :class:`acp_otel.engine.Engine` for the
+For every request or notification a span is started through :class:`acp_otel._engine.Engine` for the
 side that sent it (CLIENT for a request, PRODUCER for a notification), as a child of the context the
 sender put in ``params._meta`` or as a new root. The forwarded line carries the proxy span's context,
 spliced into the raw bytes (:mod:`.splice`). Responses are matched by id against the requests that
@@ -20,8 +20,8 @@ from typing import Any
 
 from opentelemetry import trace
 
-from .. import propagation
-from ..engine import Call, Engine
+from .. import _propagation as propagation
+from .._engine import Call, Engine
 from .splice import splice_meta
 
 _log = logging.getLogger("acp_otel")
@@ -75,7 +75,7 @@ class MessageTracer:
         self._pending: dict[Direction, dict[str, Call]] = {d: {} for d in Direction}
 
     def handler(self, direction: Direction) -> Callable[[bytes], tuple[bytes, Callable[[], None] | None]]:
-        """A line handler for :func:`acp_otel.proxy.framing.pump` in ``direction``."""
+        """A line handler for :func:`acp_otel._proxy.framing.pump` in ``direction``."""
         return lambda line: self.on_line(direction, line)
 
     def on_line(self, direction: Direction, line: bytes) -> tuple[bytes, Callable[[], None] | None]:

@@ -1,11 +1,11 @@
 """``acp-otel demo``: run the example client and agent, both traced, and show the joined trace.
 
-The example client (``client.py`` of :mod:`acp_otel.demo.examples`, shipped in the package; the
+The example client (``client.py`` of :mod:`acp_otel._demo.examples`, shipped in the package; the
 repository's ``examples/`` links to it) runs in a subprocess under ``opentelemetry-instrument``
 with service name ``acp-example-client`` and exports OTLP/HTTP; it spawns the example agent through
 the SDK, and acp-otel hands the agent the OpenTelemetry configuration with service name ``agent``
 (derived from ``python .../agent.py``). The client runs inside one root span ``acp-otel demo``
-(see :mod:`acp_otel.demo.traced_client`), so the whole run is one trace.
+(see :mod:`acp_otel._demo.traced_client`), so the whole run is one trace.
 
 * Without ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or ``..._TRACES_ENDPOINT``), both processes export to an
   embedded OTLP receiver on a free loopback port; the trace is printed as a waterfall with a summary
@@ -75,7 +75,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--examples",
         type=Path,
         default=defaults.examples,
-        help="directory with client.py and agent.py (default: the examples shipped in acp_otel.demo.examples)",
+        help="directory with client.py and agent.py (default: the examples shipped in acp_otel._demo.examples)",
     )
     parser.add_argument("--width", type=int, default=defaults.width, help="waterfall width (default: terminal width)")
     parser.add_argument(
@@ -113,7 +113,7 @@ def options_from_args(args: argparse.Namespace) -> DemoOptions:
 def find_examples(explicit: Path | None = None) -> Path:
     """The directory holding the example ``client.py`` and ``agent.py``; :class:`DemoError` if absent.
 
-    By default the copies shipped in the package (:mod:`acp_otel.demo.examples`), so the demo runs from
+    By default the copies shipped in the package (:mod:`acp_otel._demo.examples`), so the demo runs from
     a plain ``pip install`` as from a source checkout.
     """
     candidate = explicit if explicit is not None else PACKAGED_EXAMPLES
@@ -202,7 +202,7 @@ def run_client(
             instrument,
             sys.executable,
             "-m",
-            "acp_otel.demo.traced_client",
+            "acp_otel._demo.traced_client",
             "--client",
             str(examples / "client.py"),
             "--trace-id-file",
@@ -332,9 +332,9 @@ def _run_with_endpoint(
 def _run_with_receiver(
     options: DemoOptions, instrument: str, examples: Path, width: int, color: bool, out: TextIO
 ) -> int:
-    from acp_otel.demo.otlp_json import write_otlp_json
-    from acp_otel.demo.receiver import OtlpReceiver, ReceivedSpan
-    from acp_otel.demo.waterfall import render_waterfall, summary_line
+    from acp_otel._demo.otlp_json import write_otlp_json
+    from acp_otel._demo.receiver import OtlpReceiver, ReceivedSpan
+    from acp_otel._demo.waterfall import render_waterfall, summary_line
 
     with OtlpReceiver() as receiver:
         print(

@@ -38,13 +38,13 @@ from opentelemetry import trace
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from . import propagation
-from . import semconv as sc
-from .patching import Wrapper
-from .settings import Settings
+from . import _propagation as propagation
+from . import _semconv as sc
+from ._patching import Wrapper
+from ._settings import Settings
 
 if TYPE_CHECKING:
-    from .instrumentor import InstrumentationState
+    from ._instrumentor import InstrumentationState
 
 _log = logging.getLogger("acp_otel")
 

@@ -24,11 +24,11 @@ from opentelemetry.context import Context
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
-from . import propagation
-from . import semconv as sc
-from .metrics import Instruments
-from .settings import Settings
-from .turns import Turn, TurnLayer, agent_attributes, truncate
+from . import _propagation as propagation
+from . import _semconv as sc
+from ._metrics import Instruments
+from ._settings import Settings
+from ._turns import Turn, TurnLayer, agent_attributes, truncate
 
 _log = logging.getLogger("acp_otel")
 

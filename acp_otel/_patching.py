@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import wrapt
 
 if TYPE_CHECKING:
-    from .instrumentor import InstrumentationState
+    from ._instrumentor import InstrumentationState
 
 _log = logging.getLogger("acp_otel")
 

@@ -17,9 +17,9 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
-from . import semconv as sc
-from .metrics import Instruments
-from .settings import Settings
+from . import _semconv as sc
+from ._metrics import Instruments
+from ._settings import Settings
 
 # A hostile agent can invent endless tool call ids: at most this many open per turn, and this many
 # finished ids remembered (so that an update after completed/failed does not open a second span).

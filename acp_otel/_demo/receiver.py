@@ -196,7 +196,7 @@ class SpanStore:
         return spans
 
     def resource_spans(self) -> list[ResourceSpans]:
-        """Copies of the received ``ResourceSpans`` protobufs (for :func:`~acp_otel.demo.otlp_json.write_otlp_json`)."""
+        """Copies of the received ``ResourceSpans`` protobufs (for ``otlp_json.write_otlp_json``)."""
         with self._cond:
             originals = list(self._resource_spans)
         copies = []

@@ -52,7 +52,7 @@ ACP_SESSION_UPDATE_DROPPED = "acp.session.update.dropped"
 # The root keys of ``_meta`` that W3C trace context owns in ACP.
 RESERVED_META_KEYS = ("traceparent", "tracestate", "baggage")
 
-# Spawning a stdio peer through the SDK (acp_otel.spawn): an INTERNAL span, process.* conventions.
+# Spawning a stdio peer through the SDK (acp_otel._spawn): an INTERNAL span, process.* conventions.
 SPAWN_SPAN_NAME = "acp.spawn"
 PROCESS_EXECUTABLE_NAME = "process.executable.name"
 PROCESS_PID = "process.pid"

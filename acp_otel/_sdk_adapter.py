@@ -21,11 +21,11 @@ import wrapt
 from opentelemetry import context as otel_context
 from opentelemetry.context import Context
 
-from .patching import Wrapper
+from ._patching import Wrapper
 
 if TYPE_CHECKING:
-    from .engine import Engine
-    from .instrumentor import InstrumentationState
+    from ._engine import Engine
+    from ._instrumentor import InstrumentationState
 
 _log = logging.getLogger("acp_otel")
 
@@ -222,4 +222,3 @@ def sdk_span_context_wrapper(state: InstrumentationState) -> Wrapper:
         return wrapped(*args, **kwargs)
 
     return span_context
-

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import settings
+from .. import _settings as settings
 
 ENV_DEBUG = "OTEL_PYTHON_ACP_PROXY_DEBUG"
 ENV_TOOL_SPANS = "OTEL_PYTHON_ACP_TOOL_SPANS"

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from acp_otel.demo.receiver import ReceivedSpan
+from acp_otel._demo.receiver import ReceivedSpan
 
 __all__ = ["render_waterfall", "strip_ansi", "summary_line"]
 

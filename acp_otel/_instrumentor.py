@@ -14,15 +14,20 @@ from typing import Any
 
 import wrapt
 from opentelemetry import trace
-from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 
-from . import propagation, sdk_adapter, shutdown, spawn
-from .engine import Engine
-from .metrics import make_instruments
+# The module opens with a file-wide "type: ignore", so mypy sees none of its names.
+from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
+
+from . import _propagation as propagation
+from . import _sdk_adapter as sdk_adapter
+from . import _shutdown as shutdown
+from . import _spawn as spawn
+from ._engine import Engine
+from ._metrics import make_instruments
+from ._patching import Patch, Patches
+from ._semconv import SCHEMA_URL
+from ._settings import Settings, load_settings
 from .package import _instruments
-from .patching import Patch, Patches
-from .semconv import SCHEMA_URL
-from .settings import Settings, load_settings
 from .version import __version__
 
 _log = logging.getLogger("acp_otel")
@@ -92,7 +97,7 @@ class InstrumentationState:
         self.sigterm_restore: Callable[[Callable[[], None]], object] | None = None
 
 
-class AcpInstrumentor(BaseInstrumentor):
+class AcpInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     """Traces the ACP Python SDK (``agent-client-protocol``) with OpenTelemetry.
 
     ``AcpInstrumentor().instrument(tracer_provider=None, **options)`` starts tracing every
@@ -126,6 +131,7 @@ class AcpInstrumentor(BaseInstrumentor):
         state.settings = settings
         state.tracer = tracer
         state.engine = Engine(tracer, settings, make_instruments(meter_provider, __version__))
+        propagation.install_log_filter()  # a peer's malformed trace headers go to our debug log
         for module_name in dict.fromkeys(p.hook_module for p in PATCH_TABLE):
             if module_name in sys.modules:
                 self._apply(module_name)
@@ -163,9 +169,5 @@ class AcpInstrumentor(BaseInstrumentor):
         state.patches.restore_all()  # every row of PATCH_TABLE that was applied
         shutdown.restore_sigterm(state)  # SIG_DFL again (from another thread: see shutdown.py)
         propagation.uninstall_log_filter()  # the filter on the propagators' loggers
-        forget = getattr(engine, "shutdown", None)  # the engine's per-connection state on live connections
-        if callable(forget):
-            try:
-                forget()
-            except Exception:
-                _log.debug("acp_otel: engine shutdown failed", exc_info=True)
+        if engine is not None:
+            engine.shutdown()  # open tool calls and v2 turns end; the engine forgets every connection

@@ -2,7 +2,7 @@
 
 ``acp-otel demo`` starts this module under ``opentelemetry-instrument``::
 
-    opentelemetry-instrument python -m acp_otel.demo.traced_client \\
+    opentelemetry-instrument python -m acp_otel._demo.traced_client \\
         --client examples/client.py --trace-id-file /tmp/x -- [client arguments]
 
 It loads ``examples/client.py`` from its path, opens the INTERNAL span ``acp-otel demo``, writes its
@@ -44,7 +44,7 @@ def load_client(path: Path) -> ModuleType:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the client's ``main`` inside the root span; return its exit status."""
-    parser = argparse.ArgumentParser(prog="python -m acp_otel.demo.traced_client")
+    parser = argparse.ArgumentParser(prog="python -m acp_otel._demo.traced_client")
     parser.add_argument("--client", type=Path, required=True, help="path of the example client")
     parser.add_argument("--trace-id-file", type=Path, required=True, help="where to write the trace id")
     parser.add_argument("client_args", nargs=argparse.REMAINDER, help="arguments for the client, after --")
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     client_args = args.client_args[1:] if args.client_args[:1] == ["--"] else args.client_args
 
     client = load_client(args.client)
-    tracer = trace.get_tracer("acp_otel.demo", __version__)
+    tracer = trace.get_tracer("acp_otel._demo", __version__)
     with tracer.start_as_current_span(ROOT_SPAN_NAME, kind=SpanKind.INTERNAL) as span:
         span_context = span.get_span_context()
         trace_id = f"{span_context.trace_id:032x}" if span_context.is_valid else ""

@@ -5,7 +5,7 @@ Pure functions over plain JSON values. They copy only the levels they change (th
 
 The headers come from the globally configured propagator (``OTEL_PROPAGATORS``). When that is exactly
 the default W3C pair (trace-context then baggage) the common cases take a fast path (see
-:mod:`acp_otel.w3c_fast`) that gives the same headers and contexts at a fraction of the cost.
+:mod:`acp_otel._w3c_fast`) that gives the same headers and contexts at a fraction of the cost.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from typing import Any
 from opentelemetry import propagate
 from opentelemetry.context import Context
 
-from . import w3c_fast
-from .semconv import RESERVED_META_KEYS
+from . import _w3c_fast as w3c_fast
+from ._semconv import RESERVED_META_KEYS
 
 META = "_meta"
 
@@ -99,7 +99,8 @@ _LOG_FILTER = _PeerInputLogFilter()
 _log_filter_installed = False
 
 
-def _install_log_filter() -> None:
+def install_log_filter() -> None:
+    """Put the filter on the propagators' loggers (``instrument()``; the first extract does it otherwise)."""
     # Filters stay on a logger through logging (re)configuration, so once per process is enough.
     global _log_filter_installed
     for name in _PROPAGATOR_LOGGERS:
@@ -134,7 +135,7 @@ def context_from_carrier(carrier: dict[str, str] | None) -> Context:
         if context is not None:
             return context
     if not _log_filter_installed:
-        _install_log_filter()
+        install_log_filter()
     token = _EXTRACTING.set(True)
     try:
         if fast is not None:

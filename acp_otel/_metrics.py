@@ -11,7 +11,7 @@ from typing import Any
 
 from opentelemetry import metrics
 
-from . import semconv as sc
+from . import _semconv as sc
 
 # mcp.client/server.operation.duration's boundaries (MCP semantic conventions).
 REQUEST_BUCKETS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)

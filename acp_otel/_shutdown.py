@@ -39,10 +39,10 @@ from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
 
-from .patching import Wrapper
+from ._patching import Wrapper
 
 if TYPE_CHECKING:
-    from .instrumentor import InstrumentationState
+    from ._instrumentor import InstrumentationState
 
 _log = logging.getLogger("acp_otel")
 

@@ -158,7 +158,7 @@ class Telemetry:
     def tracer(self) -> trace.Tracer:
         from ..version import __version__
 
-        return trace.get_tracer("acp_otel.proxy", __version__, tracer_provider=self.provider)
+        return trace.get_tracer("acp_otel._proxy", __version__, tracer_provider=self.provider)
 
     def flush(self, timeout_s: float) -> bool:
         """Export what is buffered, waiting at most ``timeout_s`` (the SDK's own flush has no bound)."""

@@ -77,15 +77,15 @@ def _forward_signals(proc: subprocess.Popen[bytes]) -> None:
 def _build_tracer(options: ProxyOptions) -> tuple[Any, Any]:
     """The telemetry and the message tracer (``None`` when tracing is off); never raises."""
     try:
-        from ..settings import load_settings
-        from ..spawn import service_name_for_command
+        from .._settings import load_settings
+        from .._spawn import service_name_for_command
         from . import telemetry
 
         derived = options.service_name or service_name_for_command(options.command[0], options.command[1:])
         tel = telemetry.configure(derived, explicit_service_name=options.service_name is not None)
         if not tel.enabled:
             return tel, None
-        from ..engine import Engine
+        from .._engine import Engine
         from .tracing import MessageTracer
 
         environ = {**os.environ, **options.settings_environ}
@@ -103,11 +103,11 @@ def _build_tracer(options: ProxyOptions) -> tuple[Any, Any]:
 def _metric_instruments(tel: Any) -> Any:
     """The engine's metric instruments on the proxy's meter provider, or ``None``.
 
-    They come with the agent layer (``acp_otel.metrics.make_instruments``); looked up by name so that the
+    They come with the agent layer (``acp_otel._metrics.make_instruments``); looked up by name so that the
     proxy runs, without metrics, on an engine that has none. The meter provider is only built when they exist.
     """
     try:
-        metrics_module = importlib.import_module("acp_otel.metrics")
+        metrics_module = importlib.import_module("acp_otel._metrics")
     except ImportError:
         return None
     meter_provider = tel.add_meter_provider()
