@@ -28,7 +28,7 @@ from . import _propagation as propagation
 from . import _semconv as sc
 from ._metrics import Instruments
 from ._settings import Settings
-from ._turns import Turn, TurnLayer, agent_attributes, truncate
+from ._turns import Turn, TurnLayer, agent_attributes, truncate, update_attributes
 
 _log = logging.getLogger("acp_otel")
 
@@ -111,18 +111,9 @@ def _str_or_none(value: Any) -> str | None:
 
 
 def _add_update_attributes(attributes: dict[str, Any], params: Any) -> None:
-    """Add a session/update's kind and tool call id/status (no content) to ``attributes``."""
     update = params.get("update") if type(params) is dict else None
     if type(update) is dict:
-        kind = update.get("sessionUpdate")
-        if type(kind) is str:
-            attributes[sc.ACP_SESSION_UPDATE] = kind
-        tool_call_id = update.get("toolCallId")
-        if type(tool_call_id) is str:
-            attributes[sc.ACP_TOOL_CALL_ID] = tool_call_id
-            status = update.get("status")
-            if type(status) is str:
-                attributes[sc.ACP_TOOL_CALL_STATUS] = status
+        update_attributes(attributes, update)
 
 
 def _meta_keys(obj: Any) -> list[str]:

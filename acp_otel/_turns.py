@@ -218,15 +218,7 @@ class TurnLayer:
             return
         turn.events += 1
         attributes: dict[str, Any] = {}
-        kind = update.get("sessionUpdate")
-        if type(kind) is str:
-            attributes[sc.ACP_SESSION_UPDATE] = kind
-        tool_call_id = update.get("toolCallId")
-        if type(tool_call_id) is str:
-            attributes[sc.ACP_TOOL_CALL_ID] = tool_call_id
-            status = update.get("status")
-            if type(status) is str:
-                attributes[sc.ACP_TOOL_CALL_STATUS] = status
+        update_attributes(attributes, update)
         state = update.get("state")
         if type(state) is str:
             attributes[sc.ACP_TURN_STATE] = state
@@ -372,6 +364,19 @@ class TurnLayer:
         if turn.error_type is not None:
             attributes[sc.ERROR_TYPE] = instruments.error_type(turn.error_type)
         instruments.turn_duration.record(now - turn.started, attributes)
+
+
+def update_attributes(attributes: dict[str, Any], update: dict[str, Any]) -> None:
+    """Add a session/update's kind and tool call id/status (no content) to ``attributes``."""
+    kind = update.get("sessionUpdate")
+    if type(kind) is str:
+        attributes[sc.ACP_SESSION_UPDATE] = kind
+    tool_call_id = update.get("toolCallId")
+    if type(tool_call_id) is str:
+        attributes[sc.ACP_TOOL_CALL_ID] = tool_call_id
+        status = update.get("status")
+        if type(status) is str:
+            attributes[sc.ACP_TOOL_CALL_STATUS] = status
 
 
 def agent_attributes(attributes: dict[str, Any], facts: dict[str, Any]) -> None:

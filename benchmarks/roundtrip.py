@@ -417,6 +417,8 @@ def _wall(args: argparse.Namespace, modes: list[str], samplings: list[str]) -> N
         f"| target ≤ 1.10 |{extra}"
     )
     print("|---|---|---|---|---|---|---|---|---|---|" + ("---|" if extra else ""))
+    # Our overhead (instr - bare, median of the per-round differences) per (sampling, mode) and K.
+    overhead: dict[tuple[str, str], dict[int, float]] = {}
     for sampling in samplings:
         for mode in modes:
             common = ["--ks", args.ks, "--turns", str(args.turns), "--rounds", str(args.rounds)]
@@ -428,6 +430,9 @@ def _wall(args: argparse.Namespace, modes: list[str], samplings: list[str]) -> N
                 ratios = [_ratio(i, b, f) for b, f, i in zip(t["bare"], t["floor"], t["instr"], strict=True)]
                 ratio = statistics.median(ratios)
                 med = {v: statistics.median(t[v]) for v in VARIANTS}
+                overhead.setdefault((sampling, mode), {})[k] = statistics.median(
+                    i - b for b, i in zip(t["bare"], t["instr"], strict=True)
+                )
                 cell = ""
                 if args.contract_floor:
                     info = [_ratio(i, b, f) for b, f, i in zip(t["bare"], t[CONTRACT_FLOOR], t["instr"], strict=True)]
@@ -438,6 +443,7 @@ def _wall(args: argparse.Namespace, modes: list[str], samplings: list[str]) -> N
                     flush=True,
                 )
     _contract_note(args)
+    _per_chunk(overhead, ks)
 
 
 def _valgrind(args: argparse.Namespace, modes: list[str], samplings: list[str]) -> None:
@@ -491,6 +497,18 @@ def _valgrind(args: argparse.Namespace, modes: list[str], samplings: list[str]) 
                     flush=True,
                 )
     _contract_note(args)
+
+
+def _per_chunk(overhead: dict[tuple[str, str], dict[int, float]], ks: list[int]) -> None:
+    """What each streamed session/update adds to our overhead: the slope between the smallest and largest K."""
+    low, high = min(ks), max(ks)
+    if low == high:
+        return
+    cells = [
+        f"{mode} ({sampling}) {(by_k[high] - by_k[low]) / (high - low):.1f} µs"
+        for (sampling, mode), by_k in overhead.items()
+    ]
+    print(f"\nOur cost per streamed chunk (instr − bare, K={low} → K={high}, send + receive): " + " · ".join(cells))
 
 
 def _parent(args: argparse.Namespace) -> None:
