@@ -13,7 +13,6 @@ Lifecycle:
 from __future__ import annotations
 
 import contextlib
-import importlib
 import logging
 import os
 import signal
@@ -90,32 +89,21 @@ def _build_tracer(options: ProxyOptions) -> tuple[Any, Any]:
 
         environ = {**os.environ, **options.settings_environ}
         settings = load_settings(options.settings_options, environ)
-        engine_args: list[Any] = [tel.tracer(), settings]
-        instruments = _metric_instruments(tel)
-        if instruments is not None:
-            engine_args.append(instruments)
-        return tel, MessageTracer(Engine(*engine_args))
+        return tel, MessageTracer(Engine(tel.tracer(), settings, _metric_instruments(tel)))
     except Exception:
         _log.debug("acp_otel proxy: tracing disabled, setup failed", exc_info=True)
         return None, None
 
 
 def _metric_instruments(tel: Any) -> Any:
-    """The engine's metric instruments on the proxy's meter provider, or ``None``.
-
-    They come with the agent layer (``acp_otel._metrics.make_instruments``); looked up by name so that the
-    proxy runs, without metrics, on an engine that has none. The meter provider is only built when they exist.
-    """
-    try:
-        metrics_module = importlib.import_module("acp_otel._metrics")
-    except ImportError:
-        return None
+    """The engine's metric instruments on the proxy's meter provider (built only when metrics export)."""
     meter_provider = tel.add_meter_provider()
     if meter_provider is None:
         return None
+    from .._metrics import make_instruments
     from ..version import __version__
 
-    return metrics_module.make_instruments(meter_provider, __version__)
+    return make_instruments(meter_provider, __version__)
 
 
 def _relay(src: int, dst: int, handle: Any, max_line_bytes: int, on_end: Any, name: str) -> threading.Thread:
