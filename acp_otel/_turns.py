@@ -30,6 +30,7 @@ _MAX_NAME = 128  # characters of a tool name kept in span names and attributes
 _CHUNK_ATTRIBUTES = {kind: sc.ACP_TURN_CHUNK_COUNT_PREFIX + kind for kind in sc.CHUNK_KINDS}
 _TOOL_UPDATES = frozenset(("tool_call", "tool_call_update"))
 _FINAL_STATUSES = frozenset(("completed", "failed"))
+_TOKEN_TYPES = ((sc.GEN_AI_USAGE_INPUT_TOKENS, "input"), (sc.GEN_AI_USAGE_OUTPUT_TOKENS, "output"))
 
 
 def truncate(value: Any, limit: int) -> str:
@@ -149,7 +150,8 @@ class TurnLayer:
         if turn.ended:
             return
         turn.ended = True
-        self.end_tools(turn, ended_by or sc.ENDED_BY_TURN)
+        if turn.tools:
+            self.end_tools(turn, ended_by or sc.ENDED_BY_TURN)
         span = turn.span
         now = time.monotonic()
         if span.is_recording():
@@ -162,6 +164,8 @@ class TurnLayer:
                 attributes[sc.ACP_SESSION_UPDATE_DROPPED] = turn.dropped
             if ended_by is not None:
                 attributes[sc.ACP_TURN_ENDED_BY] = ended_by
+            if not turn.own_span and turn.stop_reason is not None:  # v1: the engine left it to this batch
+                attributes[sc.ACP_STOP_REASON] = turn.stop_reason
             span.set_attributes(attributes)
         self._record_turn(turn, now)
         if turn.own_span:
@@ -336,11 +340,7 @@ class TurnLayer:
         span.end()
         instruments = self._instruments
         if instruments is not None:
-            attributes = instruments.agent_attributes(turn.agent)
-            attributes[sc.ACP_TOOL_CALL_KIND] = instruments.tool_kind(tool.kind)
-            attributes[sc.ACP_TOOL_CALL_STATUS] = tool.status if tool.status in sc.TOOL_STATUSES else sc.OTHER
-            if failed:
-                attributes[sc.ERROR_TYPE] = sc.TOOL_FAILED
+            attributes = instruments.tool_attributes(turn.agent, tool.kind, tool.status)
             instruments.tool_duration.record(time.monotonic() - tool.started, attributes)
 
     # ---------------------------------------------------------------- metrics
@@ -349,20 +349,16 @@ class TurnLayer:
         instruments = self._instruments
         if instruments is None:
             return
-        attributes = instruments.agent_attributes(turn.agent)
         if turn.first_chunk is not None:
-            instruments.first_chunk.record(turn.first_chunk - turn.started, attributes)
-        for attribute, token_type in (
-            (sc.GEN_AI_USAGE_INPUT_TOKENS, "input"),
-            (sc.GEN_AI_USAGE_OUTPUT_TOKENS, "output"),
-        ):
-            tokens = turn.usage.get(attribute)
-            if tokens is not None:
-                instruments.token_usage.record(tokens, {**attributes, sc.GEN_AI_TOKEN_TYPE: token_type})
-        if turn.stop_reason is not None:
-            attributes[sc.ACP_STOP_REASON] = instruments.stop_reason(turn.stop_reason)
-        if turn.error_type is not None:
-            attributes[sc.ERROR_TYPE] = instruments.error_type(turn.error_type)
+            instruments.first_chunk.record(
+                turn.first_chunk - turn.started, instruments.agent_only_attributes(turn.agent)
+            )
+        if turn.usage:
+            for attribute, token_type in _TOKEN_TYPES:
+                tokens = turn.usage.get(attribute)
+                if tokens is not None:
+                    instruments.token_usage.record(tokens, instruments.agent_only_attributes(turn.agent, token_type))
+        attributes = instruments.turn_attributes(turn.agent, turn.stop_reason, turn.error_type)
         instruments.turn_duration.record(now - turn.started, attributes)
 
 

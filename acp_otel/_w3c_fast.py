@@ -30,11 +30,15 @@ from opentelemetry.propagators.composite import CompositePropagator
 from opentelemetry.trace import INVALID_SPAN_CONTEXT, NonRecordingSpan, Span, SpanContext, TraceFlags
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-__all__ = ["W3CFastPath", "for_propagator"]
+__all__ = ["SPAN_KEY", "W3CFastPath", "for_propagator"]
 
-# The context keys the API stores the span and the baggage under, found through the public API.
-_SPAN_KEY = next(iter(trace.set_span_in_context(trace.INVALID_SPAN, Context())))
-_BAGGAGE_KEY = next(iter(baggage.set_baggage("k", "v", Context())))
+# The context keys the API stores the span and the baggage under, found through the public API (by
+# value: an empty context given to set_value stands for the current one, which may hold other keys).
+SPAN_KEY = next(
+    k for k, v in trace.set_span_in_context(trace.INVALID_SPAN, Context()).items() if v is trace.INVALID_SPAN
+)
+_SPAN_KEY = SPAN_KEY
+_BAGGAGE_KEY = next(k for k, v in baggage.set_baggage("k", "v", Context()).items() if v == {"k": "v"})
 
 # What makes the propagators "the default ones": their classes' own methods, as the SDK ships them.
 _DEFAULT_METHODS = {
@@ -69,12 +73,14 @@ class W3CFastPath:
     def __init__(self, baggage_propagator: W3CBaggagePropagator) -> None:
         self._baggage = baggage_propagator
 
-    def inject(self, context: Context | None) -> dict[str, str]:
-        """The headers ``propagate.inject`` writes for ``context`` (the current context when ``None``)."""
+    def inject(self, context: Context | None, span: Any = None) -> dict[str, str]:
+        """The headers ``propagate.inject`` writes for ``context`` (the current context when ``None``), with
+        ``span`` in place of the context's span when given."""
         if context is None:
             context = get_current()
         carrier: dict[str, str] = {}
-        span = context.get(_SPAN_KEY)
+        if span is None:
+            span = context.get(_SPAN_KEY)
         if span is not None and (type(span) in _span_types or _is_span(span)):
             span_context = cast(Span, span).get_span_context()
             if span_context != INVALID_SPAN_CONTEXT:
