@@ -16,7 +16,7 @@ from contextvars import ContextVar
 from typing import Any
 
 from opentelemetry import propagate, trace
-from opentelemetry.context import Context, get_current
+from opentelemetry.context import Context
 from opentelemetry.trace import Span
 
 from . import _w3c_fast as w3c_fast
@@ -37,8 +37,6 @@ def carrier_for(context: Context | None, span: Span | None = None) -> dict[str, 
     try:
         fast = w3c_fast.for_propagator(propagate.get_global_textmap())
         if fast is not None:
-            if span is not None and not context:  # as set_span_in_context: no context means the current one
-                context = get_current()
             return fast.inject(context, span)
         if span is not None:
             context = trace.set_span_in_context(span, context)

@@ -32,8 +32,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 __all__ = ["SPAN_KEY", "W3CFastPath", "for_propagator"]
 
-# The context keys the API stores the span and the baggage under, found through the public API (by
-# value: an empty context given to set_value stands for the current one, which may hold other keys).
+# The context keys the API stores the span and the baggage under, found through the public API.
 SPAN_KEY = next(
     k for k, v in trace.set_span_in_context(trace.INVALID_SPAN, Context()).items() if v is trace.INVALID_SPAN
 )
