@@ -61,10 +61,11 @@ class Turn:
     """One prompt turn of one session on one connection."""
 
     __slots__ = (
+        "_context",
+        "_parent",
         "agent",
         "chunks",
         "closed_tools",
-        "context",
         "dropped",
         "ended",
         "error_type",
@@ -81,9 +82,11 @@ class Turn:
         "usage",
     )
 
-    def __init__(self, span: Span, context: Context, session_id: str, own_span: bool, agent: Any) -> None:
+    def __init__(self, span: Span, parent: Context, session_id: str, own_span: bool, agent: Any) -> None:
         self.span = span
-        self.context = context  # children (tool spans, fallback parents) start here
+        # The turn's context (see ``context``) is built on first use: most turns never need it.
+        self._parent = parent
+        self._context: Context | None = None
         self.session_id = session_id
         self.own_span = own_span  # ACP v2: a span of its own, beside the session/prompt request span
         self.agent = agent  # gen_ai.agent.name, for metrics
@@ -100,6 +103,14 @@ class Turn:
         self.usage: dict[str, int] = {}
         self.ended = False
         self.request: Any = None  # v1: the engine's call for the session/prompt span (the turn)
+
+    @property
+    def context(self) -> Context:
+        """The turn span's context: children (tool spans, fallback parents) start here."""
+        context = self._context
+        if context is None:
+            context = self._context = trace.set_span_in_context(self.span, self._parent)
+        return context
 
     def tool_context(self, tool_call_id: Any) -> Context | None:
         """The context of the open tool call ``tool_call_id`` names, if any."""
@@ -130,7 +141,7 @@ class TurnLayer:
         """
         agent = facts.get(sc.ACP_AGENT_NAME)
         if request_span is not None:
-            return Turn(request_span, trace.set_span_in_context(request_span, parent), session_id, False, agent)
+            return Turn(request_span, parent, session_id, False, agent)
         attributes: dict[str, Any] = {
             sc.GEN_AI_OPERATION_NAME: sc.INVOKE_AGENT,
             sc.ACP_SESSION_ID: session_id,
@@ -140,7 +151,7 @@ class TurnLayer:
         agent_attributes(attributes, facts)
         name = f"{sc.ACP_TURN_SPAN_NAME} {agent}" if type(agent) is str else sc.ACP_TURN_SPAN_NAME
         span = self._tracer.start_span(name, context=parent, kind=SpanKind.INTERNAL, attributes=attributes)
-        return Turn(span, trace.set_span_in_context(span, parent), session_id, True, agent)
+        return Turn(span, parent, session_id, True, agent)
 
     def end(self, turn: Turn, ended_by: str | None = None) -> None:
         """End the turn's open tool calls (marked), annotate the turn span, record the turn metrics.
