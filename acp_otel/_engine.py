@@ -21,7 +21,7 @@ from typing import Any
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.instrumentation.utils import is_instrumentation_enabled
+from opentelemetry.instrumentation.utils import is_instrumentation_enabled, suppress_instrumentation
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from . import _propagation as propagation
@@ -122,6 +122,34 @@ def _meta_keys(obj: Any) -> list[str]:
         if type(meta) is dict:
             return sorted(k for k in meta if type(k) is str)
     return []
+
+
+def _suppression_keys() -> tuple[Any, ...] | None:
+    """The context keys ``suppress_instrumentation()`` sets (``None`` if that cannot be worked out)."""
+    try:
+        before = otel_context.get_current()
+        with suppress_instrumentation():
+            inside = otel_context.get_current()
+        keys = tuple(k for k, v in inside.items() if v is True and before.get(k) is not True)
+    except Exception:
+        return None
+    return keys or None
+
+
+# is_instrumentation_enabled() reads the current context twice through get_value; the outgoing side has
+# that context at hand already. The keys are the ones the public suppress_instrumentation() sets.
+_SUPPRESS_KEYS = _suppression_keys()
+
+
+def _enabled_in(ctx: Context) -> bool:
+    """``is_instrumentation_enabled()`` for ``ctx`` (the current context)."""
+    keys = _SUPPRESS_KEYS
+    if keys is None:
+        return is_instrumentation_enabled()
+    for key in keys:
+        if ctx.get(key):
+            return False
+    return True
 
 
 # The context key spans are stored under (see _propagation); reading it directly spares two calls per
@@ -256,12 +284,15 @@ class Engine:
         """
         call = None
         try:
-            if type(method) is not str or not is_instrumentation_enabled():
+            if type(method) is not str:
+                return None, params
+            current = otel_context.get_current()
+            if not _enabled_in(current):
                 return None, params
             info = self._methods.get(method) or self._method_info(method)
             peer_state = self.peer_state(peer)
             if parent is None:
-                parent = otel_context.get_current()
+                parent = current
             turn = _turn_of(peer_state, params)
             wants_span = is_request or not self._no_notification_spans
             if turn is not None:
@@ -305,7 +336,7 @@ class Engine:
             params = stripped.get("params")
             peer_state = self.peer_state(peer)
             info = self._methods.get(method) or self._method_info(method)
-            enabled = is_instrumentation_enabled()
+            enabled = _enabled_in(otel_context.get_current())
             wants_span = is_request or not self._no_notification_spans
             turn = _turn_of(peer_state, params) if enabled else None
             if turn is not None:
@@ -323,10 +354,8 @@ class Engine:
                 request_id = message.get("id") if is_request else None
                 call = self._start(info, method, params, request_id, peer_state, parent, kind, is_request)
                 # Baggage and the remote parent stay current for the handler, under our span.
-                # One context built (set_span_in_context then set_value would copy twice each); an empty
-                # parent stands for the current context, as it does for set_span_in_context.
-                base = parent if parent else otel_context.get_current()
-                call.context = Context({**base, _SPAN_KEY: call.span, _CALL_KEY: weakref.ref(call)})
+                # One context built (set_span_in_context then set_value would copy twice each).
+                call.context = Context({**parent, _SPAN_KEY: call.span, _CALL_KEY: weakref.ref(call)})
             else:
                 call = Call(None, method, peer_state, is_request)
                 call.context = parent
