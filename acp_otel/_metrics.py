@@ -176,8 +176,13 @@ class Instruments:
 
 
 def make_instruments(meter_provider: metrics.MeterProvider | None, version: str) -> Instruments | None:
-    """Instruments from ``meter_provider`` (the global one when ``None``); ``None`` if that fails."""
+    """Instruments from ``meter_provider`` (the global one when ``None``); ``None`` if that fails or the
+    provider is a ``NoOpMeterProvider`` (nothing would be recorded: the engine then skips the clock reads
+    and records). The global provider before one is set is a proxy that may still get a real one: kept."""
     try:
+        provider = meter_provider if meter_provider is not None else metrics.get_meter_provider()
+        if isinstance(provider, metrics.NoOpMeterProvider):
+            return None
         meter = metrics.get_meter("acp_otel", version, meter_provider, schema_url=sc.SCHEMA_URL)
         return Instruments(meter)
     except Exception:  # a broken provider must not stop tracing

@@ -121,3 +121,13 @@ def test_attribute_cache_is_capped() -> None:
 
 def test_settings_still_load() -> None:
     assert load_settings({}).notification_spans in ("turn", "all", "events", "none")
+
+
+def test_no_instruments_for_a_noop_meter_provider() -> None:
+    from opentelemetry.metrics import NoOpMeterProvider
+    from opentelemetry.sdk.metrics import MeterProvider
+
+    from acp_otel._metrics import make_instruments
+
+    assert make_instruments(NoOpMeterProvider(), "0") is None
+    assert make_instruments(MeterProvider(), "0") is not None
