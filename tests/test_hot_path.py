@@ -131,3 +131,36 @@ def test_no_instruments_for_a_noop_meter_provider() -> None:
 
     assert make_instruments(NoOpMeterProvider(), "0") is None
     assert make_instruments(MeterProvider(), "0") is not None
+
+
+def test_fast_path_repeats_give_what_the_real_propagators_give() -> None:
+    from opentelemetry import propagate
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, TraceState
+
+    from acp_otel import _w3c_fast
+
+    fast = _w3c_fast.for_propagator(propagate.get_global_textmap())
+    assert fast is not None
+    contexts = [
+        SpanContext(0x1234, 0x99, False, TraceFlags(1)),
+        SpanContext(0x1234, 0x98, False, TraceFlags(0), TraceState([("a", "1")])),
+        SpanContext(0xABCDEF, 0x42, False, TraceFlags(1)),
+    ]
+    # The same span context twice in a row (cached), then another, then back.
+    for span_context in (contexts[0], contexts[0], contexts[1], contexts[1], contexts[0], contexts[2], contexts[0]):
+        ctx = trace.set_span_in_context(NonRecordingSpan(span_context), Context())
+        expected: dict[str, str] = {}
+        propagate.inject(expected, context=ctx)
+        assert fast.inject(ctx) == expected
+        with_baggage = baggage.set_baggage("k", "v", ctx)
+        expected_b: dict[str, str] = {}
+        propagate.inject(expected_b, context=with_baggage)
+        assert fast.inject(with_baggage) == expected_b
+    headers = ["00-" + "1" * 32 + "-" + "2" * 16 + "-01", "00-" + "3" * 32 + "-" + "4" * 16 + "-00"]
+    for traceparent in (headers[0], headers[0], headers[1], headers[0]):
+        for carrier in ({"traceparent": traceparent}, {"traceparent": traceparent, "baggage": "k=v"}):
+            got = fast.extract(carrier)
+            want = propagate.extract(carrier, context=Context())
+            assert got is not None
+            assert trace.get_current_span(got).get_span_context() == trace.get_current_span(want).get_span_context()
+            assert baggage.get_all(got) == baggage.get_all(want)
