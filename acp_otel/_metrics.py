@@ -27,6 +27,9 @@ TOKEN_BUCKETS = tuple(float(4**i) for i in range(14))
 MAX_EXTENSION_METHODS = 32
 # Agent names kept per engine (an agent name comes from the peer): later ones are _OTHER.
 MAX_AGENT_NAMES = 16
+# Attribute sets remembered per kind of record. The keys are the raw values (a peer can send endless
+# ones), so the cache is capped; past the cap a record builds its dict as before.
+MAX_CACHED_ATTRIBUTE_SETS = 1024
 
 
 class Bounded:
@@ -104,9 +107,68 @@ class Instruments:
         )
         self.error_type = Bounded(32)
 
+        # One shared dict per distinct input: histograms only read their attributes, and building them
+        # (bounding each value) on every record was most of what a record cost us.
+        self._cache: dict[tuple[Any, ...], dict[str, str]] = {}
+
     def agent_attributes(self, name: Any) -> dict[str, str]:
         """``{gen_ai.agent.name: bounded name}``, or nothing when the agent did not say its name."""
         return {sc.GEN_AI_AGENT_NAME: self._agent_name(name)} if type(name) is str else {}
+
+    def _remember(self, key: tuple[Any, ...], attributes: dict[str, str]) -> dict[str, str]:
+        if len(self._cache) < MAX_CACHED_ATTRIBUTE_SETS:
+            self._cache[key] = attributes
+        return attributes
+
+    # The callers pass hashable values only (strings or None, checked where they were read).
+
+    def request_attributes(self, method_name: str, error_type: str | None) -> dict[str, str]:
+        """Attributes of a request-duration record; ``method_name`` is already bounded. Shared: read only."""
+        key = ("request", method_name, error_type)
+        attributes = self._cache.get(key)
+        if attributes is None:
+            attributes = {sc.ACP_METHOD_NAME: method_name}
+            if error_type is not None:
+                attributes[sc.ERROR_TYPE] = self.error_type(error_type)
+            attributes = self._remember(key, attributes)
+        return attributes
+
+    def turn_attributes(self, agent: Any, stop_reason: str | None, error_type: str | None) -> dict[str, str]:
+        """Attributes of a turn-duration record (bounded agent name, stop reason, error type). Shared: read only."""
+        key = ("turn", agent if type(agent) is str else None, stop_reason, error_type)
+        attributes = self._cache.get(key)
+        if attributes is None:
+            attributes = self.agent_attributes(agent)
+            if stop_reason is not None:
+                attributes[sc.ACP_STOP_REASON] = self.stop_reason(stop_reason)
+            if error_type is not None:
+                attributes[sc.ERROR_TYPE] = self.error_type(error_type)
+            attributes = self._remember(key, attributes)
+        return attributes
+
+    def agent_only_attributes(self, agent: Any, token_type: str | None = None) -> dict[str, str]:
+        """The bounded agent name (and ``gen_ai.token.type``): first-chunk and token records. Shared: read only."""
+        key = ("agent", agent if type(agent) is str else None, token_type)
+        attributes = self._cache.get(key)
+        if attributes is None:
+            attributes = self.agent_attributes(agent)
+            if token_type is not None:
+                attributes[sc.GEN_AI_TOKEN_TYPE] = token_type
+            attributes = self._remember(key, attributes)
+        return attributes
+
+    def tool_attributes(self, agent: Any, kind: str | None, status: str | None) -> dict[str, str]:
+        """Attributes of a tool-duration record (bounded agent, kind, status; error.type when failed). Shared."""
+        key = ("tool", agent if type(agent) is str else None, kind, status)
+        attributes = self._cache.get(key)
+        if attributes is None:
+            attributes = self.agent_attributes(agent)
+            attributes[sc.ACP_TOOL_CALL_KIND] = self.tool_kind(kind)
+            attributes[sc.ACP_TOOL_CALL_STATUS] = status if status in sc.TOOL_STATUSES else sc.OTHER
+            if status == "failed":
+                attributes[sc.ERROR_TYPE] = sc.TOOL_FAILED
+            attributes = self._remember(key, attributes)
+        return attributes
 
     @staticmethod
     def tool_kind(kind: Any) -> str:
@@ -114,8 +176,13 @@ class Instruments:
 
 
 def make_instruments(meter_provider: metrics.MeterProvider | None, version: str) -> Instruments | None:
-    """Instruments from ``meter_provider`` (the global one when ``None``); ``None`` if that fails."""
+    """Instruments from ``meter_provider`` (the global one when ``None``); ``None`` if that fails or the
+    provider is a ``NoOpMeterProvider`` (nothing would be recorded: the engine then skips the clock reads
+    and records). The global provider before one is set is a proxy that may still get a real one: kept."""
     try:
+        provider = meter_provider if meter_provider is not None else metrics.get_meter_provider()
+        if isinstance(provider, metrics.NoOpMeterProvider):
+            return None
         meter = metrics.get_meter("acp_otel", version, meter_provider, schema_url=sc.SCHEMA_URL)
         return Instruments(meter)
     except Exception:  # a broken provider must not stop tracing

@@ -15,26 +15,31 @@ from collections.abc import Collection
 from contextvars import ContextVar
 from typing import Any
 
-from opentelemetry import propagate
+from opentelemetry import propagate, trace
 from opentelemetry.context import Context
+from opentelemetry.trace import Span
 
 from . import _w3c_fast as w3c_fast
 from ._semconv import RESERVED_META_KEYS
 
 META = "_meta"
+SPAN_KEY = w3c_fast.SPAN_KEY  # the context key the API keeps the current span under
 
 _log = logging.getLogger("acp_otel")
 
 
-def carrier_for(context: Context | None) -> dict[str, str]:
-    """The trace headers the globally configured propagator writes for ``context``.
+def carrier_for(context: Context | None, span: Span | None = None) -> dict[str, str]:
+    """The trace headers the globally configured propagator writes for ``context``, or, when ``span`` is
+    given, for ``trace.set_span_in_context(span, context)`` (without building that context on the fast path).
 
     A propagator that raises (a broken custom one) yields no headers: the message goes out as given.
     """
     try:
         fast = w3c_fast.for_propagator(propagate.get_global_textmap())
         if fast is not None:
-            return fast.inject(context)
+            return fast.inject(context, span)
+        if span is not None:
+            context = trace.set_span_in_context(span, context)
         carrier: dict[str, str] = {}
         propagate.inject(carrier, context=context)
     except Exception:

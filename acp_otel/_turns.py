@@ -30,6 +30,7 @@ _MAX_NAME = 128  # characters of a tool name kept in span names and attributes
 _CHUNK_ATTRIBUTES = {kind: sc.ACP_TURN_CHUNK_COUNT_PREFIX + kind for kind in sc.CHUNK_KINDS}
 _TOOL_UPDATES = frozenset(("tool_call", "tool_call_update"))
 _FINAL_STATUSES = frozenset(("completed", "failed"))
+_TOKEN_TYPES = ((sc.GEN_AI_USAGE_INPUT_TOKENS, "input"), (sc.GEN_AI_USAGE_OUTPUT_TOKENS, "output"))
 
 
 def truncate(value: Any, limit: int) -> str:
@@ -60,10 +61,11 @@ class Turn:
     """One prompt turn of one session on one connection."""
 
     __slots__ = (
+        "_context",
+        "_parent",
         "agent",
         "chunks",
         "closed_tools",
-        "context",
         "dropped",
         "ended",
         "error_type",
@@ -80,9 +82,11 @@ class Turn:
         "usage",
     )
 
-    def __init__(self, span: Span, context: Context, session_id: str, own_span: bool, agent: Any) -> None:
+    def __init__(self, span: Span, parent: Context, session_id: str, own_span: bool, agent: Any) -> None:
         self.span = span
-        self.context = context  # children (tool spans, fallback parents) start here
+        # The turn's context (see ``context``) is built on first use: most turns never need it.
+        self._parent = parent
+        self._context: Context | None = None
         self.session_id = session_id
         self.own_span = own_span  # ACP v2: a span of its own, beside the session/prompt request span
         self.agent = agent  # gen_ai.agent.name, for metrics
@@ -99,6 +103,14 @@ class Turn:
         self.usage: dict[str, int] = {}
         self.ended = False
         self.request: Any = None  # v1: the engine's call for the session/prompt span (the turn)
+
+    @property
+    def context(self) -> Context:
+        """The turn span's context: children (tool spans, fallback parents) start here."""
+        context = self._context
+        if context is None:
+            context = self._context = trace.set_span_in_context(self.span, self._parent)
+        return context
 
     def tool_context(self, tool_call_id: Any) -> Context | None:
         """The context of the open tool call ``tool_call_id`` names, if any."""
@@ -129,7 +141,7 @@ class TurnLayer:
         """
         agent = facts.get(sc.ACP_AGENT_NAME)
         if request_span is not None:
-            return Turn(request_span, trace.set_span_in_context(request_span, parent), session_id, False, agent)
+            return Turn(request_span, parent, session_id, False, agent)
         attributes: dict[str, Any] = {
             sc.GEN_AI_OPERATION_NAME: sc.INVOKE_AGENT,
             sc.ACP_SESSION_ID: session_id,
@@ -139,7 +151,7 @@ class TurnLayer:
         agent_attributes(attributes, facts)
         name = f"{sc.ACP_TURN_SPAN_NAME} {agent}" if type(agent) is str else sc.ACP_TURN_SPAN_NAME
         span = self._tracer.start_span(name, context=parent, kind=SpanKind.INTERNAL, attributes=attributes)
-        return Turn(span, trace.set_span_in_context(span, parent), session_id, True, agent)
+        return Turn(span, parent, session_id, True, agent)
 
     def end(self, turn: Turn, ended_by: str | None = None) -> None:
         """End the turn's open tool calls (marked), annotate the turn span, record the turn metrics.
@@ -149,7 +161,8 @@ class TurnLayer:
         if turn.ended:
             return
         turn.ended = True
-        self.end_tools(turn, ended_by or sc.ENDED_BY_TURN)
+        if turn.tools:
+            self.end_tools(turn, ended_by or sc.ENDED_BY_TURN)
         span = turn.span
         now = time.monotonic()
         if span.is_recording():
@@ -162,6 +175,8 @@ class TurnLayer:
                 attributes[sc.ACP_SESSION_UPDATE_DROPPED] = turn.dropped
             if ended_by is not None:
                 attributes[sc.ACP_TURN_ENDED_BY] = ended_by
+            if not turn.own_span and turn.stop_reason is not None:  # v1: the engine left it to this batch
+                attributes[sc.ACP_STOP_REASON] = turn.stop_reason
             span.set_attributes(attributes)
         self._record_turn(turn, now)
         if turn.own_span:
@@ -336,11 +351,7 @@ class TurnLayer:
         span.end()
         instruments = self._instruments
         if instruments is not None:
-            attributes = instruments.agent_attributes(turn.agent)
-            attributes[sc.ACP_TOOL_CALL_KIND] = instruments.tool_kind(tool.kind)
-            attributes[sc.ACP_TOOL_CALL_STATUS] = tool.status if tool.status in sc.TOOL_STATUSES else sc.OTHER
-            if failed:
-                attributes[sc.ERROR_TYPE] = sc.TOOL_FAILED
+            attributes = instruments.tool_attributes(turn.agent, tool.kind, tool.status)
             instruments.tool_duration.record(time.monotonic() - tool.started, attributes)
 
     # ---------------------------------------------------------------- metrics
@@ -349,20 +360,16 @@ class TurnLayer:
         instruments = self._instruments
         if instruments is None:
             return
-        attributes = instruments.agent_attributes(turn.agent)
         if turn.first_chunk is not None:
-            instruments.first_chunk.record(turn.first_chunk - turn.started, attributes)
-        for attribute, token_type in (
-            (sc.GEN_AI_USAGE_INPUT_TOKENS, "input"),
-            (sc.GEN_AI_USAGE_OUTPUT_TOKENS, "output"),
-        ):
-            tokens = turn.usage.get(attribute)
-            if tokens is not None:
-                instruments.token_usage.record(tokens, {**attributes, sc.GEN_AI_TOKEN_TYPE: token_type})
-        if turn.stop_reason is not None:
-            attributes[sc.ACP_STOP_REASON] = instruments.stop_reason(turn.stop_reason)
-        if turn.error_type is not None:
-            attributes[sc.ERROR_TYPE] = instruments.error_type(turn.error_type)
+            instruments.first_chunk.record(
+                turn.first_chunk - turn.started, instruments.agent_only_attributes(turn.agent)
+            )
+        if turn.usage:
+            for attribute, token_type in _TOKEN_TYPES:
+                tokens = turn.usage.get(attribute)
+                if tokens is not None:
+                    instruments.token_usage.record(tokens, instruments.agent_only_attributes(turn.agent, token_type))
+        attributes = instruments.turn_attributes(turn.agent, turn.stop_reason, turn.error_type)
         instruments.turn_duration.record(now - turn.started, attributes)
 
 

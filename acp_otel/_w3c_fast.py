@@ -30,11 +30,14 @@ from opentelemetry.propagators.composite import CompositePropagator
 from opentelemetry.trace import INVALID_SPAN_CONTEXT, NonRecordingSpan, Span, SpanContext, TraceFlags
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-__all__ = ["W3CFastPath", "for_propagator"]
+__all__ = ["SPAN_KEY", "W3CFastPath", "for_propagator"]
 
 # The context keys the API stores the span and the baggage under, found through the public API.
-_SPAN_KEY = next(iter(trace.set_span_in_context(trace.INVALID_SPAN, Context())))
-_BAGGAGE_KEY = next(iter(baggage.set_baggage("k", "v", Context())))
+SPAN_KEY = next(
+    k for k, v in trace.set_span_in_context(trace.INVALID_SPAN, Context()).items() if v is trace.INVALID_SPAN
+)
+_SPAN_KEY = SPAN_KEY
+_BAGGAGE_KEY = next(k for k, v in baggage.set_baggage("k", "v", Context()).items() if v == {"k": "v"})
 
 # What makes the propagators "the default ones": their classes' own methods, as the SDK ships them.
 _DEFAULT_METHODS = {
@@ -64,28 +67,42 @@ def _is_span(obj: object) -> TypeGuard[Span]:
 class W3CFastPath:
     """Inject and extract for one default composite whose baggage propagator is ``baggage_propagator``."""
 
-    __slots__ = ("_baggage",)
+    __slots__ = ("_baggage", "_last_extracted", "_last_injected")
 
     def __init__(self, baggage_propagator: W3CBaggagePropagator) -> None:
         self._baggage = baggage_propagator
+        # The last header each way and what it stands for: the chunks of a turn all carry the context of
+        # the same handler, so consecutive messages repeat them. Both are immutable (a Context refuses
+        # writes, a SpanContext is a tuple); one tuple is swapped in whole, so threads see a consistent pair.
+        self._last_extracted: tuple[str, Context] | None = None
+        self._last_injected: tuple[SpanContext, str, str | None] | None = None
 
-    def inject(self, context: Context | None) -> dict[str, str]:
-        """The headers ``propagate.inject`` writes for ``context`` (the current context when ``None``)."""
+    def inject(self, context: Context | None, span: Any = None) -> dict[str, str]:
+        """The headers ``propagate.inject`` writes for ``context`` (the current context when ``None``), with
+        ``span`` in place of the context's span when given."""
         if context is None:
             context = get_current()
         carrier: dict[str, str] = {}
-        span = context.get(_SPAN_KEY)
+        if span is None:
+            span = context.get(_SPAN_KEY)
         if span is not None and (type(span) in _span_types or _is_span(span)):
             span_context = cast(Span, span).get_span_context()
-            if span_context != INVALID_SPAN_CONTEXT:
-                # The SDK's format (format(id, "032x"), "016x", flags "02x"); %-formatting is twice as fast.
-                carrier["traceparent"] = "00-%032x-%016x-%02x" % (  # noqa: UP031
-                    span_context.trace_id,
-                    span_context.span_id,
-                    span_context.trace_flags,
-                )
-                if span_context.trace_state:
-                    carrier["tracestate"] = span_context.trace_state.to_header()
+            last = self._last_injected
+            if last is None or last[0] is not span_context:
+                last = None
+                if span_context != INVALID_SPAN_CONTEXT:
+                    # The SDK's format (format(id, "032x"), "016x", flags "02x"); %-formatting is twice as fast.
+                    traceparent = "00-%032x-%016x-%02x" % (  # noqa: UP031
+                        span_context.trace_id,
+                        span_context.span_id,
+                        span_context.trace_flags,
+                    )
+                    tracestate = span_context.trace_state.to_header() if span_context.trace_state else None
+                    last = self._last_injected = (span_context, traceparent, tracestate)
+            if last is not None:
+                carrier["traceparent"] = last[1]
+                if last[2] is not None:
+                    carrier["tracestate"] = last[2]
         if context.get(_BAGGAGE_KEY) is not None:  # rare: the real propagator's encoding and limits
             self._baggage.inject(carrier, context)
         return carrier
@@ -97,6 +114,12 @@ class W3CFastPath:
             return None
         if type(traceparent) is not str or "tracestate" in carrier:
             return None
+        last = self._last_extracted
+        if last is not None and last[0] == traceparent:
+            context = last[1]
+            if "baggage" in carrier:
+                context = self._baggage.extract(carrier, context)
+            return context
         match = _CANONICAL_TRACEPARENT.fullmatch(traceparent)
         if match is None:
             return None
@@ -105,6 +128,7 @@ class W3CFastPath:
             return None
         span_context = SpanContext(int(trace_id, 16), int(span_id, 16), True, _FLAGS[flags])
         context = Context({_SPAN_KEY: NonRecordingSpan(span_context)})
+        self._last_extracted = (traceparent, context)
         if "baggage" in carrier:
             context = self._baggage.extract(carrier, context)
         return context

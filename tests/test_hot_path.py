@@ -1,0 +1,166 @@
+"""The hot path's shortcuts give what the OpenTelemetry API functions they replace give."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from opentelemetry import baggage, trace
+from opentelemetry import context as otel_context
+from opentelemetry.context import Context
+from opentelemetry.instrumentation.utils import is_instrumentation_enabled, suppress_instrumentation
+from opentelemetry.sdk.trace import TracerProvider
+
+from acp_otel import _engine, _propagation
+from acp_otel._metrics import Instruments
+from acp_otel._settings import load_settings
+
+
+def _contexts() -> list[Context]:
+    span = TracerProvider().get_tracer("t").start_span("s")
+    with suppress_instrumentation():
+        suppressed = otel_context.get_current()
+    return [
+        Context(),
+        suppressed,
+        otel_context.set_value("suppress_instrumentation", True, Context()),
+        otel_context.set_value("suppress_instrumentation", False, Context()),
+        trace.set_span_in_context(span, suppressed),
+        trace.set_span_in_context(span, Context()),
+        trace.set_span_in_context(trace.INVALID_SPAN, Context()),
+        otel_context.set_value(_engine._SPAN_KEY, "not a span", Context()),
+    ]
+
+
+@pytest.mark.parametrize("index", range(8))
+def test_enabled_and_has_span_match_the_api(index: int) -> None:
+    ctx = _contexts()[index]
+    token = otel_context.attach(ctx)
+    try:
+        assert _engine._enabled_in(otel_context.get_current()) is is_instrumentation_enabled()
+    finally:
+        otel_context.detach(token)
+    assert _engine._has_span(ctx) is trace.get_current_span(ctx).get_span_context().is_valid
+
+
+def test_carrier_for_span_matches_the_context_it_stands_for() -> None:
+    tracer = TracerProvider().get_tracer("t")
+    parent_span = tracer.start_span("parent")
+    child = tracer.start_span("child", context=trace.set_span_in_context(parent_span))
+    for parent in (
+        Context(),
+        trace.set_span_in_context(parent_span, Context()),
+        baggage.set_baggage("k", "v", trace.set_span_in_context(parent_span, Context())),
+    ):
+        expected = _propagation.carrier_for(trace.set_span_in_context(child, parent))
+        assert _propagation.carrier_for(parent, child) == expected
+        assert expected["traceparent"].split("-")[2] == format(child.get_span_context().span_id, "016x")
+    # No parent means the current context (baggage included), as for set_span_in_context; an empty one does not.
+    token = otel_context.attach(baggage.set_baggage("b", "1", Context()))
+    try:
+        carrier = _propagation.carrier_for(None, child)
+        assert carrier == _propagation.carrier_for(trace.set_span_in_context(child, None))
+        assert carrier["baggage"] == "b=1"
+        assert "baggage" not in _propagation.carrier_for(Context(), child)
+    finally:
+        otel_context.detach(token)
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.records: list[tuple[float, dict[str, Any]]] = []
+
+    def record(self, value: float, attributes: dict[str, Any]) -> None:
+        self.records.append((value, dict(attributes)))
+
+
+class _Meter:
+    def create_histogram(self, *args: Any, **kwargs: Any) -> _Recorder:
+        return _Recorder()
+
+
+def test_cached_metric_attributes_are_bounded_like_fresh_ones() -> None:
+    instruments = Instruments(_Meter())  # type: ignore[arg-type]
+    names = [f"agent-{i}" for i in range(20)]
+    for _ in range(2):  # the second pass comes from the cache
+        seen = [instruments.turn_attributes(n, "end_turn", None)["gen_ai.agent.name"] for n in names]
+        assert seen == names[:16] + ["_OTHER"] * 4
+    assert instruments.turn_attributes(None, None, None) == {}
+    assert instruments.turn_attributes("agent-0", "weird", "E") == {
+        "gen_ai.agent.name": "agent-0",
+        "acp.stop_reason": "weird",
+        "error.type": "E",
+    }
+    assert instruments.tool_attributes("agent-0", "read", "failed") == {
+        "gen_ai.agent.name": "agent-0",
+        "acp.tool_call.kind": "read",
+        "acp.tool_call.status": "failed",
+        "error.type": "tool_call_failed",
+    }
+    assert instruments.tool_attributes(None, "nonsense", "odd") == {
+        "acp.tool_call.kind": "_OTHER",
+        "acp.tool_call.status": "_OTHER",
+    }
+    assert instruments.agent_only_attributes("agent-1", "input") == {
+        "gen_ai.agent.name": "agent-1",
+        "gen_ai.token.type": "input",
+    }
+    assert instruments.request_attributes("session/prompt", "-32603") == {
+        "acp.method.name": "session/prompt",
+        "error.type": "-32603",
+    }
+
+
+def test_attribute_cache_is_capped() -> None:
+    instruments = Instruments(_Meter())  # type: ignore[arg-type]
+    for i in range(5000):
+        instruments.turn_attributes("a", None, f"E{i}")
+    assert len(instruments._cache) <= 1024
+    assert instruments.turn_attributes("a", None, "E4999") == {"gen_ai.agent.name": "a", "error.type": "_OTHER"}
+
+
+def test_settings_still_load() -> None:
+    assert load_settings({}).notification_spans in ("turn", "all", "events", "none")
+
+
+def test_no_instruments_for_a_noop_meter_provider() -> None:
+    from opentelemetry.metrics import NoOpMeterProvider
+    from opentelemetry.sdk.metrics import MeterProvider
+
+    from acp_otel._metrics import make_instruments
+
+    assert make_instruments(NoOpMeterProvider(), "0") is None
+    assert make_instruments(MeterProvider(), "0") is not None
+
+
+def test_fast_path_repeats_give_what_the_real_propagators_give() -> None:
+    from opentelemetry import propagate
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, TraceState
+
+    from acp_otel import _w3c_fast
+
+    fast = _w3c_fast.for_propagator(propagate.get_global_textmap())
+    assert fast is not None
+    contexts = [
+        SpanContext(0x1234, 0x99, False, TraceFlags(1)),
+        SpanContext(0x1234, 0x98, False, TraceFlags(0), TraceState([("a", "1")])),
+        SpanContext(0xABCDEF, 0x42, False, TraceFlags(1)),
+    ]
+    # The same span context twice in a row (cached), then another, then back.
+    for span_context in (contexts[0], contexts[0], contexts[1], contexts[1], contexts[0], contexts[2], contexts[0]):
+        ctx = trace.set_span_in_context(NonRecordingSpan(span_context), Context())
+        expected: dict[str, str] = {}
+        propagate.inject(expected, context=ctx)
+        assert fast.inject(ctx) == expected
+        with_baggage = baggage.set_baggage("k", "v", ctx)
+        expected_b: dict[str, str] = {}
+        propagate.inject(expected_b, context=with_baggage)
+        assert fast.inject(with_baggage) == expected_b
+    headers = ["00-" + "1" * 32 + "-" + "2" * 16 + "-01", "00-" + "3" * 32 + "-" + "4" * 16 + "-00"]
+    for traceparent in (headers[0], headers[0], headers[1], headers[0]):
+        for carrier in ({"traceparent": traceparent}, {"traceparent": traceparent, "baggage": "k=v"}):
+            got = fast.extract(carrier)
+            want = propagate.extract(carrier, context=Context())
+            assert got is not None
+            assert trace.get_current_span(got).get_span_context() == trace.get_current_span(want).get_span_context()
+            assert baggage.get_all(got) == baggage.get_all(want)
