@@ -21,7 +21,7 @@ from typing import Any
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.instrumentation.utils import is_instrumentation_enabled, suppress_instrumentation
+from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from . import _propagation as propagation
@@ -124,42 +124,8 @@ def _meta_keys(obj: Any) -> list[str]:
     return []
 
 
-def _suppression_keys() -> tuple[Any, ...] | None:
-    """The context keys ``suppress_instrumentation()`` sets (``None`` if that cannot be worked out)."""
-    try:
-        before = otel_context.get_current()
-        with suppress_instrumentation():
-            inside = otel_context.get_current()
-        keys = tuple(k for k, v in inside.items() if v is True and before.get(k) is not True)
-    except Exception:
-        return None
-    return keys or None
-
-
-# is_instrumentation_enabled() reads the current context twice through get_value; the outgoing side has
-# that context at hand already. The keys are the ones the public suppress_instrumentation() sets.
-_SUPPRESS_KEYS = _suppression_keys()
-
-
-def _enabled_in(ctx: Context) -> bool:
-    """``is_instrumentation_enabled()`` for ``ctx`` (the current context)."""
-    keys = _SUPPRESS_KEYS
-    if keys is None:
-        return is_instrumentation_enabled()
-    for key in keys:
-        if ctx.get(key):
-            return False
-    return True
-
-
-# The context key spans are stored under (see _propagation); reading it directly spares two calls per
-# message in a turn (trace.get_current_span would do the same lookup).
-_SPAN_KEY = propagation.SPAN_KEY
-
-
 def _has_span(ctx: Context) -> bool:
-    span = ctx.get(_SPAN_KEY)
-    return isinstance(span, Span) and span.get_span_context().is_valid
+    return trace.get_current_span(ctx).get_span_context().is_valid
 
 
 def _turn_of(peer: PeerState | None, params: Any) -> Turn | None:
@@ -286,13 +252,12 @@ class Engine:
         try:
             if type(method) is not str:
                 return None, params
-            current = otel_context.get_current()
-            if not _enabled_in(current):
+            if not is_instrumentation_enabled():
                 return None, params
             info = self._methods.get(method) or self._method_info(method)
             peer_state = self.peer_state(peer)
             if parent is None:
-                parent = current
+                parent = otel_context.get_current()
             turn = _turn_of(peer_state, params)
             wants_span = is_request or not self._no_notification_spans
             if turn is not None:
@@ -336,7 +301,7 @@ class Engine:
             params = stripped.get("params")
             peer_state = self.peer_state(peer)
             info = self._methods.get(method) or self._method_info(method)
-            enabled = _enabled_in(otel_context.get_current())
+            enabled = is_instrumentation_enabled()
             wants_span = is_request or not self._no_notification_spans
             turn = _turn_of(peer_state, params) if enabled else None
             if turn is not None:
@@ -354,8 +319,8 @@ class Engine:
                 request_id = message.get("id") if is_request else None
                 call = self._start(info, method, params, request_id, peer_state, parent, kind, is_request)
                 # Baggage and the remote parent stay current for the handler, under our span.
-                # One context built (set_span_in_context then set_value would copy twice each).
-                call.context = Context({**parent, _SPAN_KEY: call.span, _CALL_KEY: weakref.ref(call)})
+                context = trace.set_span_in_context(call.span, parent)  # type: ignore[arg-type]
+                call.context = otel_context.set_value(_CALL_KEY, weakref.ref(call), context)
             else:
                 call = Call(None, method, peer_state, is_request)
                 call.context = parent

@@ -23,7 +23,6 @@ from . import _w3c_fast as w3c_fast
 from ._semconv import RESERVED_META_KEYS
 
 META = "_meta"
-SPAN_KEY = w3c_fast.SPAN_KEY  # the context key the API keeps the current span under
 
 _log = logging.getLogger("acp_otel")
 

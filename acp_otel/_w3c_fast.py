@@ -30,14 +30,7 @@ from opentelemetry.propagators.composite import CompositePropagator
 from opentelemetry.trace import INVALID_SPAN_CONTEXT, NonRecordingSpan, Span, SpanContext, TraceFlags
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-__all__ = ["SPAN_KEY", "W3CFastPath", "for_propagator"]
-
-# The context keys the API stores the span and the baggage under, found through the public API.
-SPAN_KEY = next(
-    k for k, v in trace.set_span_in_context(trace.INVALID_SPAN, Context()).items() if v is trace.INVALID_SPAN
-)
-_SPAN_KEY = SPAN_KEY
-_BAGGAGE_KEY = next(k for k, v in baggage.set_baggage("k", "v", Context()).items() if v == {"k": "v"})
+__all__ = ["W3CFastPath", "for_propagator"]
 
 # What makes the propagators "the default ones": their classes' own methods, as the SDK ships them.
 _DEFAULT_METHODS = {
@@ -84,8 +77,8 @@ class W3CFastPath:
             context = get_current()
         carrier: dict[str, str] = {}
         if span is None:
-            span = context.get(_SPAN_KEY)
-        if span is not None and (type(span) in _span_types or _is_span(span)):
+            span = trace.get_current_span(context)
+        if type(span) in _span_types or _is_span(span):
             span_context = cast(Span, span).get_span_context()
             last = self._last_injected
             if last is None or last[0] is not span_context:
@@ -103,7 +96,7 @@ class W3CFastPath:
                 carrier["traceparent"] = last[1]
                 if last[2] is not None:
                     carrier["tracestate"] = last[2]
-        if context.get(_BAGGAGE_KEY) is not None:  # rare: the real propagator's encoding and limits
+        if baggage.get_all(context):  # rare: the real propagator's encoding and limits
             self._baggage.inject(carrier, context)
         return carrier
 
@@ -127,7 +120,7 @@ class W3CFastPath:
         if trace_id == _ZERO_TRACE_ID or span_id == _ZERO_SPAN_ID:
             return None
         span_context = SpanContext(int(trace_id, 16), int(span_id, 16), True, _FLAGS[flags])
-        context = Context({_SPAN_KEY: NonRecordingSpan(span_context)})
+        context = trace.set_span_in_context(NonRecordingSpan(span_context), Context())
         self._last_extracted = (traceparent, context)
         if "baggage" in carrier:
             context = self._baggage.extract(carrier, context)

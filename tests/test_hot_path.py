@@ -4,43 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 from opentelemetry import baggage, trace
 from opentelemetry import context as otel_context
 from opentelemetry.context import Context
-from opentelemetry.instrumentation.utils import is_instrumentation_enabled, suppress_instrumentation
 from opentelemetry.sdk.trace import TracerProvider
 
-from acp_otel import _engine, _propagation
+from acp_otel import _propagation
 from acp_otel._metrics import Instruments
 from acp_otel._settings import load_settings
-
-
-def _contexts() -> list[Context]:
-    span = TracerProvider().get_tracer("t").start_span("s")
-    with suppress_instrumentation():
-        suppressed = otel_context.get_current()
-    return [
-        Context(),
-        suppressed,
-        otel_context.set_value("suppress_instrumentation", True, Context()),
-        otel_context.set_value("suppress_instrumentation", False, Context()),
-        trace.set_span_in_context(span, suppressed),
-        trace.set_span_in_context(span, Context()),
-        trace.set_span_in_context(trace.INVALID_SPAN, Context()),
-        otel_context.set_value(_engine._SPAN_KEY, "not a span", Context()),
-    ]
-
-
-@pytest.mark.parametrize("index", range(8))
-def test_enabled_and_has_span_match_the_api(index: int) -> None:
-    ctx = _contexts()[index]
-    token = otel_context.attach(ctx)
-    try:
-        assert _engine._enabled_in(otel_context.get_current()) is is_instrumentation_enabled()
-    finally:
-        otel_context.detach(token)
-    assert _engine._has_span(ctx) is trace.get_current_span(ctx).get_span_context().is_valid
 
 
 def test_carrier_for_span_matches_the_context_it_stands_for() -> None:
