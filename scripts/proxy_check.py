@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import acp_otel._demo.examples as examples
@@ -38,13 +39,23 @@ def main(acp_otel_command: str) -> None:
             "OTEL_LOGS_EXPORTER": "none",
         }
         command = [acp_otel_command, "proxy", "--service-name", "wheel-proxy", "--", sys.executable, str(agent)]
-        done = subprocess.run(
-            command, input=json.dumps(initialize) + "\n", capture_output=True, text=True, timeout=60, env=env
+        proc = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
         )
-        assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
-        lines = done.stdout.splitlines()
-        assert len(lines) == 1, f"stdout must hold only the agent's answer: {done.stdout[:2000]!r}"
-        answer = json.loads(lines[0])
+        assert proc.stdin is not None and proc.stdout is not None
+        watchdog = threading.Timer(60, proc.kill)
+        watchdog.start()
+        try:
+            # stdin stays open until the answer is in: an agent may cancel what is in flight at end of input.
+            proc.stdin.write(json.dumps(initialize) + "\n")
+            proc.stdin.flush()
+            first = proc.stdout.readline()
+            rest, stderr = proc.communicate()  # closes stdin: the proxy and the agent end
+        finally:
+            watchdog.cancel()
+        assert proc.returncode == 0, (proc.returncode, stderr[-2000:])
+        assert first and not rest, f"stdout must hold only the agent's answer: {(first + rest)[:2000]!r}"
+        answer = json.loads(first)
         assert answer["id"] == 0 and "agentInfo" in answer["result"], answer
         spans = receiver.wait_for(lambda got: any(s.name == "initialize" for s in got), timeout=15)
     span = next(s for s in spans if s.name == "initialize")
