@@ -10,7 +10,7 @@ from acp_app import initialize
 from harness import PROXY, PY_AGENT, RAW_PEER, base_env, proxied_client
 from otlp_sink import OtlpSink
 
-from acp_otel._proxy.options import ENV_TOOL_SPANS, options_from_args
+from acp_otel._proxy.options import options_from_args
 from acp_otel._settings import load_settings
 from acp_otel.cli import build_parser
 
@@ -28,9 +28,9 @@ def test_flags_become_settings_and_the_command_is_kept_whole() -> None:
     options = options_from_args(args, environ={})
     assert options.command == ("agent", "--capture-content", "--", "x")  # the agent's own flags untouched
     assert options.service_name == "svc"
-    assert options.settings_environ == {ENV_TOOL_SPANS: "never"}
     settings = load_settings(options.settings_options, environ={})
     assert settings.capture_content is True and settings.notification_spans == "none" and settings.inject is False
+    assert settings.tool_spans == "never"
 
 
 def test_no_flags_leave_the_environment_in_charge() -> None:

@@ -14,8 +14,6 @@ from acp_app import FILE_BODY, initialize, open_session, prompt
 from harness import PY_AGENT, base_env, proxied_client, ts_agent_command
 from otlp_sink import OtlpSink, Span
 
-from acp_otel._settings import Settings
-
 pytestmark = pytest.mark.e2e
 
 
@@ -69,10 +67,10 @@ async def test_typescript_agent_untraced_editor(sink: OtlpSink) -> None:
     ]
     # Content stays out unless asked for.
     assert not any("Hello from TypeScript" in repr(s.attributes) for s in spans)
-    if hasattr(Settings(), "tool_spans"):  # an engine with the agent layer: the proxy makes the tool span
-        (tool,) = [s for s in spans if s.name.startswith("execute_tool")]
-        assert tool.attributes["gen_ai.tool.call.id"] == "ts-call-1"
-        assert permission.parent_id == tool.span_id  # the permission request sits under its tool call
+    # The agent sent no trace context: the proxy makes the tool span.
+    (tool,) = [s for s in spans if s.name.startswith("execute_tool")]
+    assert tool.attributes["gen_ai.tool.call.id"] == "ts-call-1"
+    assert permission.parent_id == tool.span_id  # the permission request sits under its tool call
 
 
 async def test_typescript_agent_error_and_traced_editor(sink: OtlpSink, instrument: Any, exporter: Any) -> None:
@@ -108,8 +106,8 @@ async def test_untraced_python_agent_full_turn(sink: OtlpSink) -> None:
     for name in ("fs/read_text_file", "session/request_permission", "_test.dev/echo"):
         span = the(spans, name, "CLIENT", "trace_agent")
         assert span.status == "UNSET"
-        if hasattr(Settings(), "tool_spans") and name != "_test.dev/echo":
-            # The agent layer puts the agent's session-scoped calls into its turn.
+        if name != "_test.dev/echo":
+            # An untraced agent's session-scoped calls go into its turn.
             assert span.trace_id == turn.trace_id and span.parent_id is not None
         else:  # the agent sent no context (and the extension call names no session): a new root
             assert span.parent_id is None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from collections.abc import Iterator
 
@@ -69,10 +68,6 @@ def test_tracing_off(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> No
 
 
 @pytest.mark.e2e
-@pytest.mark.skipif(
-    importlib.util.find_spec("acp_otel._metrics") is None,
-    reason="the engine's metric instruments come with the agent layer (acp_otel._metrics), not in this build",
-)
 async def test_proxy_exports_the_engines_metrics() -> None:
     with OtlpSink() as sink:
         env = base_env(**{**sink.env(), "OTEL_METRICS_EXPORTER": "otlp", "OTEL_METRIC_EXPORT_INTERVAL": "200"})

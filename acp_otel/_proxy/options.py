@@ -11,7 +11,6 @@ from typing import Any
 from .. import _settings as settings
 
 ENV_DEBUG = "OTEL_PYTHON_ACP_PROXY_DEBUG"
-ENV_TOOL_SPANS = "OTEL_PYTHON_ACP_TOOL_SPANS"
 DEFAULT_MAX_LINE_BYTES = 16 * 1024 * 1024
 DEFAULT_FLUSH_TIMEOUT_S = 3.0
 
@@ -32,7 +31,6 @@ class ProxyOptions:
     command: tuple[str, ...]
     service_name: str | None = None
     settings_options: dict[str, Any] = field(default_factory=dict)
-    settings_environ: dict[str, str] = field(default_factory=dict)
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
     flush_timeout_s: float = DEFAULT_FLUSH_TIMEOUT_S
     verbose: bool = False
@@ -56,9 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--tool-spans",
-        metavar="MODE",
-        # The modes are the engine's; looked up so that the option follows the settings in use.
-        choices=getattr(settings, "TOOL_SPAN_MODES", None),
+        choices=settings.TOOL_SPAN_MODES,
         help="tool call spans (OTEL_PYTHON_ACP_TOOL_SPANS)",
     )
     parser.add_argument(
@@ -102,18 +98,22 @@ def options_from_args(args: argparse.Namespace, environ: Mapping[str, str] | Non
     if command and command[0] == "--":
         command = command[1:]
     settings: dict[str, Any] = {}
-    for name in ("capture_content", "notification_spans", "inject", "inject_excluded_methods", "excluded_methods"):
+    for name in (
+        "capture_content",
+        "notification_spans",
+        "tool_spans",
+        "inject",
+        "inject_excluded_methods",
+        "excluded_methods",
+    ):
         value = getattr(args, name)
         if value is not None:
             settings[name] = value
-    # Passed as its variable, so the settings of the engine in use decide what the value means.
-    settings_environ = {ENV_TOOL_SPANS: args.tool_spans} if args.tool_spans else {}
     verbose = bool(args.verbose) or environ.get(ENV_DEBUG, "").strip().lower() in ("1", "true", "yes", "on")
     return ProxyOptions(
         command=tuple(command),
         service_name=args.service_name,
         settings_options=settings,
-        settings_environ=settings_environ,
         max_line_bytes=max(1, args.max_line_bytes),
         flush_timeout_s=max(0.0, args.flush_timeout),
         verbose=verbose,

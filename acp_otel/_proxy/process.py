@@ -87,8 +87,7 @@ def _build_tracer(options: ProxyOptions) -> tuple[Any, Any]:
         from .._engine import Engine
         from .tracing import MessageTracer
 
-        environ = {**os.environ, **options.settings_environ}
-        settings = load_settings(options.settings_options, environ)
+        settings = load_settings(options.settings_options)
         return tel, MessageTracer(Engine(tel.tracer(), settings, _metric_instruments(tel)))
     except Exception:
         _log.debug("acp_otel proxy: tracing disabled, setup failed", exc_info=True)
