@@ -50,9 +50,10 @@ _RESULT, _RPC_ERROR, _EXCEPTION, _CANCELLED = range(4)
 class PeerState:
     """What one connection has told us: initialize facts, the turn in flight per session."""
 
-    __slots__ = ("__weakref__", "attributes", "protocol_version", "turns")
+    __slots__ = ("__weakref__", "attributes", "protocol_version", "ref", "turns")
 
-    def __init__(self) -> None:
+    def __init__(self, ref: weakref.ref[Any]) -> None:
+        self.ref = ref  # the connection (the engine's map is keyed by its id, which may be reused)
         self.attributes: dict[str, Any] = {}
         self.turns: dict[str, Turn] = {}
         self.protocol_version: int | None = None  # negotiated in initialize (2: ACP v2 turns)
@@ -63,7 +64,6 @@ class Call:
 
     __slots__ = (
         "__weakref__",
-        "context",
         "failure",
         "is_request",
         "method",
@@ -81,8 +81,6 @@ class Call:
         self.peer = peer
         self.is_request = is_request
         self.session_id: str | None = None
-        # The context an incoming handler runs in (extracted parent, our span, baggage).
-        self.context: Context | None = None
         # error.type of an exception the handler raised (set by note_handler_exception).
         self.failure: str | None = None
         self.turn: Turn | None = None  # the turn this session/prompt started
@@ -128,12 +126,30 @@ def _has_span(ctx: Context) -> bool:
     return trace.get_current_span(ctx).get_span_context().is_valid
 
 
-def _turn_of(peer: PeerState | None, params: Any) -> Turn | None:
-    """The turn in flight for the session ``params`` names on this connection."""
-    if peer is None or not peer.turns or type(params) is not dict:
-        return None
-    session_id = params.get("sessionId")
-    return peer.turns.get(session_id) if type(session_id) is str else None
+class _ContextFacts:
+    """What the engine needs to know of one current context: whether instrumentation is enabled in it
+    (``is_instrumentation_enabled``), its span and whether that span is valid.
+
+    A ``Context`` is immutable, so these facts hold for as long as the same object is current: the
+    receive loop's for every incoming message, one handler's for every message it sends. The engine
+    keeps the last one per direction, which saves most of the lookups per message.
+    """
+
+    __slots__ = ("context", "enabled", "span", "traced")
+
+    def __init__(self, context: Context | None) -> None:
+        self.context = context
+        if context is None:  # the empty placeholder before the first message
+            self.enabled = False
+            self.span: Span | None = None
+            self.traced = False
+            return
+        self.enabled = is_instrumentation_enabled()  # reads the current context, which ``context`` is
+        self.span = trace.get_current_span(context)
+        self.traced = self.span.get_span_context().is_valid
+
+
+_NO_FACTS = _ContextFacts(None)
 
 
 def _permission_tool(params: Any) -> Any:
@@ -155,9 +171,10 @@ class Engine:
         self._tracer = tracer
         self.settings = settings
         self._instruments = instruments
-        # Per-connection state lives only here (nothing is left on the peer objects): a weak-key lookup
-        # costs about as much as an attribute lookup with a fallback, and uninstrument drops it all.
-        self._peers: weakref.WeakKeyDictionary[Any, PeerState] = weakref.WeakKeyDictionary()
+        # Per-connection state lives only here (nothing is left on the peer objects), keyed by id(peer) and
+        # checked against a weak reference: one C-level lookup per message, where a WeakKeyDictionary costs
+        # two Python calls and a new reference. A collected peer's entry goes with it; uninstrument drops all.
+        self._peers: dict[int, PeerState] = {}
         self._strip_keys = propagation.propagator_fields()
         mode = settings.notification_spans
         self._all_mode = mode == "all"
@@ -167,6 +184,9 @@ class Engine:
         self._turns = TurnLayer(tracer, settings, instruments)
         # Per method name: name-only start attributes, exclusion, injection.
         self._methods: dict[str, _MethodInfo] = {}
+        # The last current context seen by each direction, and what it says (see _ContextFacts).
+        self._outgoing_facts = _NO_FACTS
+        self._incoming_facts = _NO_FACTS
 
     @property
     def propagation_keys(self) -> tuple[str, ...]:
@@ -180,12 +200,22 @@ class Engine:
         weakly referenced)."""
         if peer is None:
             return None
+        state = self._peers.get(id(peer))
+        if state is not None and state.ref() is peer:
+            return state
+        key = id(peer)
+        peers = self._peers
+
+        def forget(ref: weakref.ref[Any]) -> None:
+            entry = peers.get(key)
+            if entry is not None and entry.ref is ref:
+                del peers[key]
+
         try:
-            state = self._peers.get(peer)
-            if state is None:
-                state = self._peers[peer] = PeerState()
+            state = PeerState(weakref.ref(peer, forget))
         except TypeError:  # not weak-referenceable: trace without per-connection facts
             return None
+        peers[key] = state
         return state
 
     def close_peer(self, peer: Any, *, keep_requests: bool = False) -> None:
@@ -196,11 +226,8 @@ class Engine:
         which ends as a closed connection (``ConnectionError``) unless ``keep_requests`` (the SDK adapter:
         the SDK itself rejects or cancels those requests). Safe to call twice; never raises.
         """
-        try:
-            state = self._peers.get(peer)
-        except TypeError:
-            return
-        if state is not None:
+        state = self._peers.get(id(peer)) if peer is not None else None
+        if state is not None and state.ref() is peer:
             self._close_turns(state, sc.ENDED_BY_CONNECTION, keep_requests)
 
     def shutdown(self) -> None:
@@ -210,6 +237,7 @@ class Engine:
         for state in list(self._peers.values()):
             self._close_turns(state, sc.ENDED_BY_SHUTDOWN, True)
         self._peers.clear()
+        self._outgoing_facts = self._incoming_facts = _NO_FACTS
 
     def _close_turns(self, state: PeerState, ended_by: str, keep_requests: bool) -> None:
         for session_id, turn in list(state.turns.items()):
@@ -252,31 +280,48 @@ class Engine:
         try:
             if type(method) is not str:
                 return None, params
-            if not is_instrumentation_enabled():
+            current = otel_context.get_current()
+            facts = self._outgoing_facts
+            if facts.context is not current:
+                facts = self._outgoing_facts = _ContextFacts(current)
+            if not facts.enabled:
                 return None, params
             info = self._methods.get(method) or self._method_info(method)
-            peer_state = self.peer_state(peer)
+            # The span whose context goes out when this message gets no span of its own (None: look it up).
+            span_out = None
+            has_span: bool | None = None
             if parent is None:
-                parent = otel_context.get_current()
-            turn = _turn_of(peer_state, params)
+                parent = current
+                span_out = facts.span
+                has_span = facts.traced
             wants_span = is_request or not self._no_notification_spans
+            state = self.peer_state(peer)
+            turn = None
+            if state is not None and state.turns and type(params) is dict:
+                session_id = params.get("sessionId")
+                if type(session_id) is str:
+                    turn = state.turns.get(session_id)
             if turn is not None:
-                parent = self._parent_in_turn(turn, method, params, parent)
+                if has_span is None:
+                    has_span = _has_span(parent)
+                in_turn = self._parent_in_turn(turn, method, params, parent, has_span)
                 if info.is_update:
                     make_tools = self._tool_spans == "always" or (
                         self._tool_spans == "auto" and sender_traced is not True
                     )
                     tool_context = self._turns.on_update(turn, params, make_tools)
                     if tool_context is not None:
-                        parent = tool_context
+                        in_turn = tool_context
                     wants_span = self._all_mode
+                if in_turn is not parent:
+                    parent, span_out = in_turn, None
             if info.traced and wants_span:
                 kind = SpanKind.CLIENT if is_request else SpanKind.PRODUCER
-                call = self._start(info, method, params, request_id, peer_state, parent, kind, is_request)
+                call = self._start(info, method, params, request_id, state, parent, kind, is_request)
+                span_out = call.span
             if not info.inject:
                 return call, params
-            carrier = propagation.carrier_for(parent, call.span if call is not None else None)
-            return call, propagation.inject_into_params(params, carrier)
+            return call, propagation.inject_context(params, parent, span_out)
         except Exception:
             _log.debug("acp_otel: failed to start outgoing span for %r", method, exc_info=True)
             if call is not None:  # started but not handed out: end it here, or it would stay open
@@ -285,60 +330,64 @@ class Engine:
 
     # -------------------------------------------------------------- incoming
 
-    def begin_incoming(self, peer: Any, message: Any, is_request: bool) -> tuple[Call | None, Any]:
+    def begin_incoming(self, peer: Any, message: Any, is_request: bool) -> tuple[Call | None, Any, Context]:
         """Extract the sender's context, strip it from the message and start a SERVER/CONSUMER span.
 
-        Returns the call (whose ``context`` the handler must run in; ``None`` only when something went
-        wrong) and the message to hand to the handler.
+        Returns the call (``None`` when the message gets no span, or something went wrong), the message to
+        hand to the handler and the context the handler must run in.
         """
         stripped = message
         try:
-            stripped, carrier = propagation.strip_and_extract(message, self._strip_keys)
-            parent = propagation.context_from_carrier(carrier)
+            stripped, parent, traced = propagation.extract_context(message, self._strip_keys)
+            current = otel_context.get_current()
+            facts = self._incoming_facts
+            if facts.context is not current:
+                facts = self._incoming_facts = _ContextFacts(current)
             method = message.get("method")
             if type(method) is not str:
                 method = str(method)
             params = stripped.get("params")
-            peer_state = self.peer_state(peer)
+            state = self.peer_state(peer)
             info = self._methods.get(method) or self._method_info(method)
-            enabled = is_instrumentation_enabled()
+            enabled = facts.enabled
             wants_span = is_request or not self._no_notification_spans
-            turn = _turn_of(peer_state, params) if enabled else None
+            turn = None
+            if enabled and state is not None and state.turns and type(params) is dict:
+                session_id = params.get("sessionId")
+                if type(session_id) is str:
+                    turn = state.turns.get(session_id)
             if turn is not None:
-                untraced = carrier is None or not _has_span(parent)
-                if untraced:  # an untraced sender: the message belongs to the turn (or the tool it names)
-                    parent = self._parent_in_turn(turn, method, params, parent)
+                if traced is None:
+                    traced = _has_span(parent)
+                if not traced:  # an untraced sender: the message belongs to the turn (or the tool it names)
+                    parent = self._parent_in_turn(turn, method, params, parent, False)
                 if info.is_update:
-                    make_tools = self._tool_spans == "always" or (self._tool_spans == "auto" and untraced)
+                    make_tools = self._tool_spans == "always" or (self._tool_spans == "auto" and not traced)
                     tool_context = self._turns.on_update(turn, params, make_tools)
-                    if tool_context is not None and untraced:
+                    if tool_context is not None and not traced:
                         parent = tool_context
                     wants_span = self._all_mode
-            if info.traced and enabled and wants_span:
-                kind = SpanKind.SERVER if is_request else SpanKind.CONSUMER
-                request_id = message.get("id") if is_request else None
-                call = self._start(info, method, params, request_id, peer_state, parent, kind, is_request)
-                # Baggage and the remote parent stay current for the handler, under our span.
-                context = trace.set_span_in_context(call.span, parent)  # type: ignore[arg-type]
-                call.context = otel_context.set_value(_CALL_KEY, weakref.ref(call), context)
-            else:
-                call = Call(None, method, peer_state, is_request)
-                call.context = parent
-            return call, stripped
+            if not (info.traced and enabled and wants_span):
+                return None, stripped, parent
+            kind = SpanKind.SERVER if is_request else SpanKind.CONSUMER
+            request_id = message.get("id") if is_request else None
+            call = self._start(info, method, params, request_id, state, parent, kind, is_request)
+            # Baggage and the remote parent stay current for the handler, under our span.
+            context = trace.set_span_in_context(call.span, parent)  # type: ignore[arg-type]
+            context = otel_context.set_value(_CALL_KEY, weakref.ref(call), context)
+            return call, stripped, context
         except Exception:
             _log.debug("acp_otel: failed to start incoming span", exc_info=True)
-            return None, stripped
+            return None, stripped, Context()
 
-    def _parent_in_turn(self, turn: Turn, method: str, params: Any, parent: Context) -> Context:
+    def _parent_in_turn(self, turn: Turn, method: str, params: Any, parent: Context, traced: bool) -> Context:
         """A message of a session with a turn in flight: a permission request goes under the tool call it
-        names; a message without a span to hang from goes under the turn."""
+        names; a message without a span to hang from (``traced`` false) goes under the turn."""
         if method == sc.SESSION_REQUEST_PERMISSION:
             tool_context = turn.tool_context(_permission_tool(params))
             if tool_context is not None:
                 return tool_context
-        if not _has_span(parent):
-            return turn.context
-        return parent
+        return parent if traced else turn.context
 
     def _start(
         self,

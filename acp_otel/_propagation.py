@@ -47,6 +47,11 @@ def carrier_for(context: Context | None, span: Span | None = None) -> dict[str, 
     return carrier
 
 
+def inject_context(params: Any, context: Context | None, span: Span | None = None) -> Any:
+    """``inject_into_params(params, carrier_for(context, span))``: what the engine sends."""
+    return inject_into_params(params, carrier_for(context, span))
+
+
 def inject_into_params(params: Any, carrier: dict[str, str]) -> Any:
     """Return ``params`` with ``carrier`` merged into a copy of ``params._meta``.
 
@@ -191,6 +196,19 @@ def strip_and_extract(message: Any, keys: Collection[str] = RESERVED_META_KEYS) 
     else:
         new_params[META] = {k: v for k, v in meta.items() if k not in keys}
     return {**message, "params": new_params}, carrier
+
+
+def extract_context(message: Any, keys: Collection[str] = RESERVED_META_KEYS) -> tuple[Any, Context, bool | None]:
+    """``(message without the trace keys, the sender's context, whether it holds a valid span)``.
+
+    The last item is ``False`` when the message carried no trace context, ``True`` when the fast path
+    extracted a valid span context, and ``None`` when that is left for the caller to find out.
+    """
+    stripped, carrier = strip_and_extract(message, keys)
+    if carrier is None:
+        return stripped, Context(), False
+    context = context_from_carrier(carrier)
+    return stripped, context, None
 
 
 def propagator_fields() -> tuple[str, ...]:

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 
 import wrapt
 from opentelemetry import context as otel_context
-from opentelemetry.context import Context
 
 from ._patching import Wrapper
 
@@ -38,8 +37,6 @@ def _request_error() -> type[BaseException]:
 
 
 def _method_and_params(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any]:
-    if len(args) == 2 and not kwargs:  # the SDK's own calls
-        return args[0], args[1]
     method = args[0] if args else kwargs.get("method")
     params = args[1] if len(args) > 1 else kwargs.get("params")
     return method, params
@@ -56,12 +53,15 @@ def _outgoing_wrapper(state: InstrumentationState, is_request: bool) -> Wrapper:
         engine = state.engine
         if engine is None:
             return await wrapped(*args, **kwargs)
-        method, params = _method_and_params(args, kwargs)
+        if len(args) == 2 and not kwargs:  # the SDK's own calls
+            method, params = args
+        else:
+            method, params = _method_and_params(args, kwargs)
         # send_request takes the next id synchronously before its first await.
         request_id = getattr(instance, "_next_request_id", None) if is_request else None
         call, new_params = engine.begin_outgoing(instance, method, params, request_id, is_request=is_request)
-        if call is None and new_params is params:
-            return await wrapped(*args, **kwargs)
+        if call is None:  # nothing to end (the context may still have been injected)
+            return await wrapped(method, new_params) if new_params is not params else await wrapped(*args, **kwargs)
         try:
             result = await wrapped(method, new_params)
         except asyncio.CancelledError:
@@ -103,9 +103,14 @@ async def _run_incoming(
 ) -> Any:
     """Run an incoming hook inside its span and the sender's context; return what the hook returned."""
     message = args[0]
-    call, handler_message = engine.begin_incoming(instance, message, is_request)
+    call, handler_message, context = engine.begin_incoming(instance, message, is_request)
     # Always attach: handler tasks otherwise inherit whatever was current when the connection was built.
-    token = otel_context.attach(call.context if call is not None and call.context is not None else Context())
+    token = otel_context.attach(context)
+    if call is None:  # no span to end (a streamed chunk in the default mode, say)
+        try:
+            return await wrapped(handler_message, *args[1:])
+        finally:
+            otel_context.detach(token)
     try:
         out = await wrapped(handler_message, *args[1:])
     except asyncio.CancelledError:

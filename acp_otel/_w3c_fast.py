@@ -60,7 +60,7 @@ def _is_span(obj: object) -> TypeGuard[Span]:
 class W3CFastPath:
     """Inject and extract for one default composite whose baggage propagator is ``baggage_propagator``."""
 
-    __slots__ = ("_baggage", "_last_extracted", "_last_injected")
+    __slots__ = ("_baggage", "_last_carrier", "_last_extracted", "_last_injected")
 
     def __init__(self, baggage_propagator: W3CBaggagePropagator) -> None:
         self._baggage = baggage_propagator
@@ -69,12 +69,19 @@ class W3CFastPath:
         # writes, a SpanContext is a tuple); one tuple is swapped in whole, so threads see a consistent pair.
         self._last_extracted: tuple[str, Context] | None = None
         self._last_injected: tuple[SpanContext, str, str | None] | None = None
+        # The last (context, span) injected and its headers: both are immutable, so the same pair gives
+        # the same headers (a handler streaming chunks sends them all from one context).
+        self._last_carrier: tuple[Context | None, Any, dict[str, str]] | None = None
 
     def inject(self, context: Context | None, span: Any = None) -> dict[str, str]:
         """The headers ``propagate.inject`` writes for ``context`` (the current context when ``None``), with
         ``span`` in place of the context's span when given."""
         if context is None:
             context = get_current()
+        last_carrier = self._last_carrier
+        if last_carrier is not None and last_carrier[0] is context and last_carrier[1] is span:
+            return dict(last_carrier[2])
+        given = span
         carrier: dict[str, str] = {}
         if span is None:
             span = trace.get_current_span(context)
@@ -98,6 +105,7 @@ class W3CFastPath:
                     carrier["tracestate"] = last[2]
         if baggage.get_all(context):  # rare: the real propagator's encoding and limits
             self._baggage.inject(carrier, context)
+        self._last_carrier = (context, given, dict(carrier))
         return carrier
 
     def extract(self, carrier: dict[str, Any]) -> Context | None:

@@ -48,9 +48,9 @@ def _one_incoming_round(engine: Engine, peer: Peer, i: int, fail: bool) -> str |
         "method": "session/prompt",
         "params": {"sessionId": "s", "prompt": [], "_meta": {"traceparent": TP}},
     }
-    call, _handler_message = engine.begin_incoming(peer, message, is_request=True)
-    assert call is not None and call.context is not None
-    token = otel_context.attach(call.context)
+    call, _handler_message, context = engine.begin_incoming(peer, message, is_request=True)
+    assert call is not None
+    token = otel_context.attach(context)
     try:
         if fail:  # the handler raised: the engine finds its call through the context
             engine.note_handler_exception(ValueError("boom"))
