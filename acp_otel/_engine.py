@@ -42,6 +42,8 @@ _SESSION_RESULT_METHODS = ("session/new", "session/load", "session/fork", "sessi
 
 # Bounded like MethodMatcher's cache: a hostile peer can invent endless method names.
 _METHOD_CACHE_SIZE = 1024
+# Start attribute sets cached per connection ((method, session) pairs; more are built each time).
+_BASE_CACHE_SIZE = 64
 
 # How a call ended (one place annotates and ends spans: Engine._finish).
 _RESULT, _RPC_ERROR, _EXCEPTION, _CANCELLED = range(4)
@@ -50,11 +52,13 @@ _RESULT, _RPC_ERROR, _EXCEPTION, _CANCELLED = range(4)
 class PeerState:
     """What one connection has told us: initialize facts, the turn in flight per session."""
 
-    __slots__ = ("__weakref__", "attributes", "protocol_version", "ref", "turns")
+    __slots__ = ("__weakref__", "attributes", "base_attributes", "protocol_version", "ref", "turns")
 
     def __init__(self, ref: weakref.ref[Any]) -> None:
         self.ref = ref  # the connection (the engine's map is keyed by its id, which may be reused)
         self.attributes: dict[str, Any] = {}
+        # Engine._base_attributes per (method, session id); cleared when the facts above change.
+        self.base_attributes: dict[tuple[str, str | None], dict[str, Any]] = {}
         self.turns: dict[str, Turn] = {}
         self.protocol_version: int | None = None  # negotiated in initialize (2: ACP v2 turns)
 
@@ -91,10 +95,16 @@ class Call:
 class _MethodInfo:
     """What depends on a method name alone, worked out once per name."""
 
-    __slots__ = ("attributes", "inject", "is_update", "metric_name", "traced")
+    __slots__ = ("attributes", "inject", "is_update", "metric_name", "request_attributes", "traced")
 
     def __init__(
-        self, attributes: dict[str, Any], traced: bool, inject: bool, is_update: bool, metric_name: str
+        self,
+        attributes: dict[str, Any],
+        traced: bool,
+        inject: bool,
+        is_update: bool,
+        metric_name: str,
+        request_attributes: dict[str, str],
     ) -> None:
         # The start attributes that depend on the name alone (copied per span, never handed out).
         self.attributes = attributes
@@ -102,6 +112,7 @@ class _MethodInfo:
         self.inject = inject  # context may be injected into outgoing messages of this method
         self.is_update = is_update
         self.metric_name = metric_name  # acp.method.name in metrics: bounded (_OTHER)
+        self.request_attributes = request_attributes  # of a request-duration record without error
 
 
 def _str_or_none(value: Any) -> str | None:
@@ -401,53 +412,67 @@ class Engine:
         is_request: bool,
     ) -> Call:
         """Start and name the span of one message (the only place spans of messages are started)."""
-        attributes = self._start_attributes(info, params, request_id, peer)
-        session_id = attributes.get(sc.ACP_SESSION_ID)
+        session_id = params.get("sessionId") if type(params) is dict else None
+        if type(session_id) is not str:
+            session_id = None
+        # A copy: the sampler sees this dict, and the cached one must stay as it is.
+        attributes = self._base_attributes(info, method, session_id, peer).copy()
+        if request_id is not None:
+            attributes[sc.JSONRPC_REQUEST_ID] = str(request_id)
+        if info.is_update:
+            _add_update_attributes(attributes, params)
         turn = None
-        if method == sc.SESSION_PROMPT and peer is not None:
-            if (peer.protocol_version or 0) >= 2:
-                # ACP v2: the turn is a span of its own; the request span stands for the acceptance only.
-                attributes.pop(sc.GEN_AI_OPERATION_NAME, None)
-                if session_id is not None:
-                    turn = self._start_turn(peer, session_id, None, parent)
-                    if kind is SpanKind.CLIENT:  # the sender's turn wraps its request (one trace)
-                        parent = turn.context
-            else:
-                agent_attributes(attributes, peer.attributes)
+        prompt = method == sc.SESSION_PROMPT and session_id is not None and peer is not None
+        if prompt and (peer.protocol_version or 0) >= 2:  # type: ignore[union-attr]
+            # ACP v2: the turn is a span of its own; the request span stands for the acceptance only.
+            turn = self._start_turn(peer, session_id, None, parent)  # type: ignore[arg-type]
+            if kind is SpanKind.CLIENT:  # the sender's turn wraps its request (one trace)
+                parent = turn.context
         span = self._tracer.start_span(method, context=parent, kind=kind, attributes=attributes)
         try:
-            return self._started(span, method, params, peer, parent, kind, is_request, session_id, turn)
+            call = Call(span, method, peer, is_request)
+            call.session_id = session_id
+            call.server = kind is SpanKind.SERVER
+            if self._instruments is not None and is_request:
+                call.started = time.monotonic()
+            if prompt:
+                if turn is None:  # v1: the request span is the turn
+                    turn = self._start_turn(peer, session_id, span, parent)  # type: ignore[arg-type]
+                    turn.request = call
+                call.turn = turn
+            if (method == sc.INITIALIZE or self.settings.capture_content) and span.is_recording():
+                self._on_params(call, params)
+            return call
         except BaseException:
             span.end()  # not handed out: it would stay open
             if turn is not None and turn.own_span:
                 self._turns.end(turn)
             raise
 
-    def _started(
-        self,
-        span: Span,
-        method: str,
-        params: Any,
-        peer: PeerState | None,
-        parent: Context,
-        kind: SpanKind,
-        is_request: bool,
-        session_id: str | None,
-        turn: Turn | None,
-    ) -> Call:
-        call = Call(span, method, peer, is_request)
-        call.session_id = session_id
-        call.server = kind is SpanKind.SERVER
-        if self._instruments is not None and is_request:
-            call.started = time.monotonic()
-        if method == sc.SESSION_PROMPT and session_id is not None and peer is not None:
-            if turn is None:  # v1: the request span is the turn
-                turn = self._start_turn(peer, session_id, span, parent)
-                turn.request = call
-            call.turn = turn
-        if span.is_recording():
-            self._on_params(call, params)
-        return call
+    def _base_attributes(
+        self, info: _MethodInfo, method: str, session_id: str | None, peer: PeerState | None
+    ) -> dict[str, Any]:
+        """The start attributes that depend on the method, session and connection only: cached per
+        connection (until it learns more in ``initialize``). Shared: callers copy before changing them."""
+        cache = peer.base_attributes if peer is not None else None
+        if cache is not None:
+            attributes = cache.get((method, session_id))
+            if attributes is not None:
+                return attributes
+        attributes = info.attributes.copy()
+        if session_id is not None:
+            attributes[sc.ACP_SESSION_ID] = session_id
+            attributes[sc.GEN_AI_CONVERSATION_ID] = session_id
+        if peer is not None:
+            attributes.update(peer.attributes)
+            if method == sc.SESSION_PROMPT:
+                if (peer.protocol_version or 0) >= 2:
+                    attributes.pop(sc.GEN_AI_OPERATION_NAME, None)  # the v2 turn span carries it
+                else:
+                    agent_attributes(attributes, peer.attributes)
+        if cache is not None and len(cache) < _BASE_CACHE_SIZE:
+            cache[(method, session_id)] = attributes
+        return attributes
 
     def _start_turn(self, peer: PeerState, session_id: str, request_span: Span | None, parent: Context) -> Turn:
         previous = peer.turns.get(session_id)
@@ -521,10 +546,13 @@ class Engine:
                         version = value.get("protocolVersion")
                         if type(version) is int:  # the negotiated version: 2 means ACP v2 turns
                             call.peer.protocol_version = version
-                    if span.is_recording():
+                            call.peer.base_attributes.clear()
+                    turn = call.turn
+                    # A v1 turn's result (stop reason, usage) is set by the turn layer, in one batch.
+                    if (turn is None or turn.own_span or self.settings.capture_content) and span.is_recording():
                         self._on_result(call, value)
-                    if call.turn is not None:
-                        self._turns.finish_request(call.turn, value)
+                    if turn is not None:
+                        self._turns.take_result(turn, value)
                 elif call.failure is not None:
                     error_type = call.failure
                     span.set_attribute(sc.ERROR_TYPE, call.failure)
@@ -582,8 +610,11 @@ class Engine:
         instruments = self._instruments
         assert instruments is not None and call.started is not None
         info = self._methods.get(call.method)
-        method_name = info.metric_name if info is not None else instruments.method_name(call.method)
-        attributes = instruments.request_attributes(method_name, error_type)
+        if info is not None and error_type is None:
+            attributes = info.request_attributes
+        else:
+            method_name = info.metric_name if info is not None else instruments.method_name(call.method)
+            attributes = instruments.request_attributes(method_name, error_type)
         histogram = instruments.server_duration if call.server else instruments.client_duration
         histogram.record(time.monotonic() - call.started, attributes)
 
@@ -600,33 +631,19 @@ class Engine:
             attributes[sc.GEN_AI_OPERATION_NAME] = sc.INVOKE_AGENT
         inject = settings.inject and not sc.is_protocol_method(method)
         inject = inject and not settings.inject_excluded_methods(method)
+        instruments = self._instruments
+        metric_name = instruments.method_name(method) if instruments is not None else method
         info = _MethodInfo(
             attributes,
             traced=not settings.excluded_methods(method),
             inject=bool(inject),
             is_update=method == sc.SESSION_UPDATE,
-            metric_name=self._instruments.method_name(method) if self._instruments is not None else method,
+            metric_name=metric_name,
+            request_attributes=instruments.request_attributes(metric_name, None) if instruments is not None else {},
         )
         if len(self._methods) < _METHOD_CACHE_SIZE:
             self._methods[method] = info
         return info
-
-    def _start_attributes(
-        self, info: _MethodInfo, params: Any, request_id: Any, peer: PeerState | None
-    ) -> dict[str, Any]:
-        attributes = info.attributes.copy()
-        if request_id is not None:
-            attributes[sc.JSONRPC_REQUEST_ID] = str(request_id)
-        if type(params) is dict:
-            session_id = params.get("sessionId")
-            if type(session_id) is str:
-                attributes[sc.ACP_SESSION_ID] = session_id
-                attributes[sc.GEN_AI_CONVERSATION_ID] = session_id
-        if peer is not None and peer.attributes:
-            attributes.update(peer.attributes)
-        if info.is_update:
-            _add_update_attributes(attributes, params)
-        return attributes
 
     def _on_params(self, call: Call, params: Any) -> None:
         span = call.span
@@ -676,6 +693,7 @@ class Engine:
         call.span.set_attributes(facts)
         if call.peer is not None:
             call.peer.attributes.update(facts)
+            call.peer.base_attributes.clear()
 
     def _on_result(self, call: Call, result: Any) -> None:
         span = call.span

@@ -48,8 +48,19 @@ def carrier_for(context: Context | None, span: Span | None = None) -> dict[str, 
 
 
 def inject_context(params: Any, context: Context | None, span: Span | None = None) -> Any:
-    """``inject_into_params(params, carrier_for(context, span))``: what the engine sends."""
-    return inject_into_params(params, carrier_for(context, span))
+    """``inject_into_params(params, carrier_for(context, span))``: what the engine sends.
+
+    The fast path is taken here rather than through :func:`carrier_for`: one call less per message.
+    """
+    fast = w3c_fast.for_propagator(propagate.get_global_textmap())
+    if fast is None:
+        return inject_into_params(params, carrier_for(context, span))
+    try:
+        carrier = fast.inject(context, span)
+    except Exception:
+        _log.debug("acp_otel: failed to inject", exc_info=True)
+        return params
+    return inject_into_params(params, carrier)
 
 
 def inject_into_params(params: Any, carrier: dict[str, str]) -> Any:
@@ -207,8 +218,17 @@ def extract_context(message: Any, keys: Collection[str] = RESERVED_META_KEYS) ->
     stripped, carrier = strip_and_extract(message, keys)
     if carrier is None:
         return stripped, Context(), False
-    context = context_from_carrier(carrier)
-    return stripped, context, None
+    if "baggage" not in carrier:  # the fast path's common case, without context_from_carrier's call
+        fast = w3c_fast.for_propagator(propagate.get_global_textmap())
+        if fast is not None:
+            try:
+                context = fast.extract(carrier)
+            except Exception:
+                _log.debug("acp_otel: failed to extract", exc_info=True)
+                return stripped, Context(), False
+            if context is not None:
+                return stripped, context, True  # the fast path extracts only valid span contexts
+    return stripped, context_from_carrier(carrier), None
 
 
 def propagator_fields() -> tuple[str, ...]:

@@ -178,7 +178,8 @@ class TurnLayer:
             if not turn.own_span and turn.stop_reason is not None:  # v1: the engine left it to this batch
                 attributes[sc.ACP_STOP_REASON] = turn.stop_reason
             span.set_attributes(attributes)
-        self._record_turn(turn, now)
+        if self._instruments is not None:
+            self._record_turn(turn, now)
         if turn.own_span:
             span.end()
 
@@ -186,11 +187,6 @@ class TurnLayer:
         """End the turn's open tool calls, marked ``acp.tool_call.ended_by = ended_by`` (not an error)."""
         for tool_call_id, tool in list(turn.tools.items()):
             self._end_tool(turn, tool_call_id, tool, ended_by)
-
-    def finish_request(self, turn: Turn, result: Any) -> None:
-        """Stop reason and usage from a v1 ``session/prompt`` result (on the turn = the request span)."""
-        if type(result) is dict:
-            self._stop_and_usage(turn, result)
 
     # ---------------------------------------------------------------- updates
 
@@ -220,7 +216,7 @@ class TurnLayer:
         if kind == sc.V2_STATE_UPDATE and turn.own_span:
             state = update.get("state")
             if state == "idle":
-                self._stop_and_usage(turn, update)
+                self.take_result(turn, update)
                 self.end(turn)
         return context
 
@@ -241,7 +237,10 @@ class TurnLayer:
             attributes[sc.ACP_PARAMS] = truncate(params, self._max_len)
         span.add_event(sc.SESSION_UPDATE_EVENT, attributes)
 
-    def _stop_and_usage(self, turn: Turn, source: dict[str, Any]) -> None:
+    def take_result(self, turn: Turn, source: Any) -> None:
+        """Stop reason and usage from a v1 ``session/prompt`` result or a v2 ``idle`` state update."""
+        if type(source) is not dict:
+            return
         span = turn.span
         stop_reason = source.get("stopReason")
         if type(stop_reason) is str:
