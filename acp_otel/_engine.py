@@ -148,16 +148,20 @@ class _ContextFacts:
 
     __slots__ = ("context", "enabled", "span", "traced")
 
-    def __init__(self, context: Context | None) -> None:
+    def __init__(self, context: Context | None, span: Span | None = None) -> None:
         self.context = context
         if context is None:  # the empty placeholder before the first message
             self.enabled = False
             self.span: Span | None = None
             self.traced = False
             return
-        self.enabled = is_instrumentation_enabled()  # reads the current context, which ``context`` is
-        self.span = trace.get_current_span(context)
-        self.traced = self.span.get_span_context().is_valid
+        if span is not None:  # a handler's context the engine built: see Engine.begin_incoming
+            self.enabled = True
+        else:
+            self.enabled = is_instrumentation_enabled()  # reads the current context, which ``context`` is
+            span = trace.get_current_span(context)
+        self.span = span
+        self.traced = span.get_span_context().is_valid
 
 
 _NO_FACTS = _ContextFacts(None)
@@ -350,6 +354,8 @@ class Engine:
         stripped = message
         try:
             stripped, parent, traced = propagation.extract_context(message, self._strip_keys)
+            # What extract_context built holds a span at most (no suppression key): see below.
+            built_here = traced is not None
             current = otel_context.get_current()
             facts = self._incoming_facts
             if facts.context is not current:
@@ -372,6 +378,7 @@ class Engine:
                     traced = _has_span(parent)
                 if not traced:  # an untraced sender: the message belongs to the turn (or the tool it names)
                     parent = self._parent_in_turn(turn, method, params, parent, False)
+                    built_here = False
                 if info.is_update:
                     make_tools = self._tool_spans == "always" or (self._tool_spans == "auto" and not traced)
                     tool_context = self._turns.on_update(turn, params, make_tools)
@@ -386,6 +393,11 @@ class Engine:
             # Baggage and the remote parent stay current for the handler, under our span.
             context = trace.set_span_in_context(call.span, parent)  # type: ignore[arg-type]
             context = otel_context.set_value(_CALL_KEY, weakref.ref(call), context)
+            if built_here and is_request:
+                # The handler sends from this context (its notifications, its requests to the peer): what
+                # is_instrumentation_enabled() says there is known, since nothing but a span and our call
+                # were put into an empty context, so the first message it sends skips the lookups.
+                self._outgoing_facts = _ContextFacts(context, call.span)
             return call, stripped, context
         except Exception:
             _log.debug("acp_otel: failed to start incoming span", exc_info=True)
