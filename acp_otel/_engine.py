@@ -472,9 +472,6 @@ class Engine:
             if attributes is not None:
                 return attributes
         attributes = info.attributes.copy()
-        if session_id is not None:
-            attributes[sc.ACP_SESSION_ID] = session_id
-            attributes[sc.GEN_AI_CONVERSATION_ID] = session_id
         if peer is not None:
             attributes.update(peer.attributes)
             if method == sc.SESSION_PROMPT:
@@ -482,6 +479,10 @@ class Engine:
                     attributes.pop(sc.GEN_AI_OPERATION_NAME, None)  # the v2 turn span carries it
                 else:
                     agent_attributes(attributes, peer.attributes)
+        if session_id is not None:
+            attributes[sc.ACP_SESSION_ID] = session_id
+            if sc.GEN_AI_OPERATION_NAME in attributes:  # a GenAI attribute, on GenAI operations (turns) only
+                attributes[sc.GEN_AI_CONVERSATION_ID] = session_id
         if cache is not None and len(cache) < _BASE_CACHE_SIZE:
             cache[(method, session_id)] = attributes
         return attributes
@@ -722,6 +723,5 @@ class Engine:
                 session_id = _str_or_none(result.get("sessionId"))
                 if session_id is not None:
                     span.set_attribute(sc.ACP_SESSION_ID, session_id)
-                    span.set_attribute(sc.GEN_AI_CONVERSATION_ID, session_id)
         if self.settings.capture_content and result is not None:
             span.set_attribute(sc.ACP_RESULT, truncate(result, self.settings.capture_content_max_length))
