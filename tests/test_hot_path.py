@@ -135,3 +135,105 @@ def test_fast_path_repeats_give_what_the_real_propagators_give() -> None:
             assert got is not None
             assert trace.get_current_span(got).get_span_context() == trace.get_current_span(want).get_span_context()
             assert baggage.get_all(got) == baggage.get_all(want)
+
+
+# ------------------------------------------------------------------ the engine's caches
+
+
+def _engine_and_exporter() -> tuple[Any, Any]:
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from acp_otel._engine import Engine
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return Engine(provider.get_tracer("t"), load_settings({}, {})), exporter
+
+
+class _Peer:
+    pass
+
+
+def _message(method: str, params: dict[str, Any], request_id: int | None = None) -> dict[str, Any]:
+    message: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "params": params}
+    if request_id is not None:
+        message["id"] = request_id
+    return message
+
+
+def test_suppression_is_seen_although_the_last_context_was_enabled() -> None:
+    from opentelemetry.instrumentation.utils import suppress_instrumentation
+
+    engine, exporter = _engine_and_exporter()
+    peer = _Peer()
+    # The same current context twice (its facts cached), then a suppressed one, then the first again.
+    for suppressed in (False, False, True, False):
+        if suppressed:
+            with suppress_instrumentation():
+                call, params = engine.begin_outgoing(peer, "session/new", {"cwd": "/"}, 1)
+            assert call is None and params == {"cwd": "/"}  # no span, nothing injected
+        else:
+            call, params = engine.begin_outgoing(peer, "session/new", {"cwd": "/"}, 1)
+            assert call is not None and "traceparent" in params["_meta"]
+            engine.end_result(call, {"sessionId": "s"})
+    assert len(exporter.get_finished_spans()) == 3
+
+
+def test_a_request_handler_that_suppresses_instrumentation_sends_untraced() -> None:
+    from opentelemetry.instrumentation.utils import suppress_instrumentation
+
+    engine, exporter = _engine_and_exporter()
+    agent = _Peer()
+    tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    call, _, context = engine.begin_incoming(agent, _message("x/y", {"_meta": {"traceparent": tp}}, 3), True)
+    assert call is not None
+    token = otel_context.attach(context)  # the handler runs here: its facts are known to the engine
+    try:
+        sent, params = engine.begin_outgoing(agent, "fs/read_text_file", {"path": "/a"}, 9)
+        assert sent is not None and params["_meta"]["traceparent"].split("-")[1] == tp.split("-")[1]
+        engine.end_result(sent, {})
+        with suppress_instrumentation():
+            assert engine.begin_outgoing(agent, "fs/read_text_file", {"path": "/a"}, 10) == (None, {"path": "/a"})
+    finally:
+        otel_context.detach(token)
+    engine.end_payload(call, {"jsonrpc": "2.0", "id": 3, "result": {}})
+    assert sorted(s.name for s in exporter.get_finished_spans()) == ["fs/read_text_file", "x/y"]
+
+
+def test_connection_state_goes_with_the_connection_and_is_not_inherited_through_a_reused_id() -> None:
+    import gc
+
+    engine, _ = _engine_and_exporter()
+    peer = _Peer()
+    state = engine.peer_state(peer)
+    assert state is not None and engine.peer_state(peer) is state
+    state.attributes["acp.agent.name"] = "a"
+    other = _Peer()
+    # Another object at the key of this one (as when a collected peer's id is reused) gets a state of its own.
+    engine._peers[id(other)] = state
+    fresh = engine.peer_state(other)
+    assert fresh is not state and fresh is not None and fresh.attributes == {}
+    del peer, other, fresh
+    gc.collect()
+    assert engine._peers == {}
+
+
+def test_start_attributes_cached_per_connection_follow_what_initialize_teaches() -> None:
+    engine, exporter = _engine_and_exporter()
+    client = _Peer()
+    early, _ = engine.begin_outgoing(client, "_x.dev/ping", {"sessionId": "s"}, 0)
+    engine.end_result(early, {})
+    init, _ = engine.begin_outgoing(client, "initialize", {"protocolVersion": 1}, 1)
+    engine.end_result(init, {"protocolVersion": 1, "agentInfo": {"name": "agent", "version": "2"}})
+    for request_id in (2, 3):  # built once, then from the cache: the same attributes, each its own id
+        later, _ = engine.begin_outgoing(client, "_x.dev/ping", {"sessionId": "s"}, request_id)
+        engine.end_result(later, {})
+    first, _, second, third = (dict(s.attributes) for s in exporter.get_finished_spans())
+    assert "acp.agent.name" not in first
+    assert second["acp.agent.name"] == third["acp.agent.name"] == "agent"
+    assert (second["jsonrpc.request.id"], third["jsonrpc.request.id"]) == ("2", "3")
+    assert {k: v for k, v in second.items() if k != "jsonrpc.request.id"} == {
+        k: v for k, v in third.items() if k != "jsonrpc.request.id"
+    }
