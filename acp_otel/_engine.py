@@ -4,7 +4,7 @@ It works on plain JSON-RPC values (method names, params dicts, message dicts, er
 knows nothing of the SDK's classes or of wrapt, so that the SDK adapter and a future stdio proxy are
 both thin callers of it. ``peer`` is any weak-referenceable object that identifies one connection;
 facts learned from ``initialize`` are kept per peer and set on that connection's later spans. The agent
-level (turns, tool calls, chunk counts, metrics: ``turns.py``, ``metrics.py``) runs on the same messages.
+level (turns, tool calls, chunk counts, metrics: ``_turns.py``, ``_metrics.py``) runs on the same messages.
 
 Every public method is safe to call: a failure inside tracing is logged at debug level and the
 application carries on as if it were not instrumented.
@@ -434,10 +434,10 @@ class Engine:
         if info.is_update:
             _add_update_attributes(attributes, params)
         turn = None
-        prompt = method == sc.SESSION_PROMPT and session_id is not None and peer is not None
-        if prompt and (peer.protocol_version or 0) >= 2:  # type: ignore[union-attr]
+        turn_peer = peer if method == sc.SESSION_PROMPT else None  # a session/prompt starts a turn
+        if turn_peer is not None and session_id is not None and (turn_peer.protocol_version or 0) >= 2:
             # ACP v2: the turn is a span of its own; the request span stands for the acceptance only.
-            turn = self._start_turn(peer, session_id, None, parent)  # type: ignore[arg-type]
+            turn = self._start_turn(turn_peer, session_id, None, parent)
             if kind is SpanKind.CLIENT:  # the sender's turn wraps its request (one trace)
                 parent = turn.context
         span = self._tracer.start_span(method, context=parent, kind=kind, attributes=attributes)
@@ -447,9 +447,9 @@ class Engine:
             call.server = kind is SpanKind.SERVER
             if self._instruments is not None and is_request:
                 call.started = time.monotonic()
-            if prompt:
+            if turn_peer is not None and session_id is not None:
                 if turn is None:  # v1: the request span is the turn
-                    turn = self._start_turn(peer, session_id, span, parent)  # type: ignore[arg-type]
+                    turn = self._start_turn(turn_peer, session_id, span, parent)
                     turn.request = call
                 call.turn = turn
             if (method == sc.INITIALIZE or self.settings.capture_content) and span.is_recording():
