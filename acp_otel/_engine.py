@@ -311,6 +311,7 @@ class Engine:
                 has_span = facts.traced
             wants_span = is_request or not self._no_notification_spans
             state = self.peer_state(peer)
+            # The session's turn in flight (written out here and in begin_incoming: it runs for every message).
             turn = None
             if state is not None and state.turns and type(params) is dict:
                 session_id = params.get("sessionId")
@@ -354,7 +355,7 @@ class Engine:
         stripped = message
         try:
             stripped, parent, traced = propagation.extract_context(message, self._strip_keys)
-            # What extract_context built holds a span at most (no suppression key): see below.
+            # Unless the real propagators decided, the parent holds a span and baggage at most: see below.
             built_here = traced is not None
             current = otel_context.get_current()
             facts = self._incoming_facts
@@ -395,8 +396,8 @@ class Engine:
             context = otel_context.set_value(_CALL_KEY, weakref.ref(call), context)
             if built_here and is_request:
                 # The handler sends from this context (its notifications, its requests to the peer): what
-                # is_instrumentation_enabled() says there is known, since nothing but a span and our call
-                # were put into an empty context, so the first message it sends skips the lookups.
+                # is_instrumentation_enabled() says there is known, since nothing but spans, baggage and our
+                # call were put into an empty context, so the first message it sends skips the lookups.
                 self._outgoing_facts = _ContextFacts(context, call.span)
             return call, stripped, context
         except Exception:

@@ -142,8 +142,12 @@ def context_from_carrier(carrier: dict[str, str] | None) -> Context:
     Malformed headers and a propagator that raises give an empty context; what the propagators log
     about a peer's bad headers goes to our debug log, not the application's (see the filter above).
     """
-    if not carrier:
-        return Context()
+    return _extract(carrier)[0] if carrier else Context()
+
+
+def _extract(carrier: dict[str, str]) -> tuple[Context, bool | None]:
+    """:func:`context_from_carrier`'s context, and ``True`` when the fast path parsed a valid span context
+    into it (``False``: no span; ``None``: the real propagators decided, so the caller must look)."""
     fast = w3c_fast.for_propagator(propagate.get_global_textmap())
     if fast is not None and "baggage" not in carrier:
         # Calls no propagator, so logs nothing: no need for the log filter's flag.
@@ -151,21 +155,22 @@ def context_from_carrier(carrier: dict[str, str] | None) -> Context:
             context = fast.extract(carrier)
         except Exception:
             _log.debug("acp_otel: failed to extract", exc_info=True)
-            return Context()
+            return Context(), False
         if context is not None:
-            return context
+            return context, True
+        fast = None  # declined (an unusual or malformed header): only the real propagators, once
     if not _log_filter_installed:
         install_log_filter()
     token = _EXTRACTING.set(True)
     try:
-        if fast is not None:
+        if fast is not None:  # baggage present: the real baggage propagator runs, and may log
             context = fast.extract(carrier)
             if context is not None:
-                return context
-        return propagate.extract(carrier, context=Context())
+                return context, True
+        return propagate.extract(carrier, context=Context()), None
     except Exception:
         _log.debug("acp_otel: propagator failed to extract", exc_info=True)
-        return Context()
+        return Context(), False
     finally:
         _EXTRACTING.reset(token)
 
@@ -213,22 +218,13 @@ def extract_context(message: Any, keys: Collection[str] = RESERVED_META_KEYS) ->
     """``(message without the trace keys, the sender's context, whether it holds a valid span)``.
 
     The last item is ``False`` when the message carried no trace context, ``True`` when the fast path
-    extracted a valid span context, and ``None`` when that is left for the caller to find out.
+    parsed a valid span context, and ``None`` when the real propagators decided and the caller must look.
     """
     stripped, carrier = strip_and_extract(message, keys)
     if carrier is None:
         return stripped, Context(), False
-    if "baggage" not in carrier:  # the fast path's common case, without context_from_carrier's call
-        fast = w3c_fast.for_propagator(propagate.get_global_textmap())
-        if fast is not None:
-            try:
-                context = fast.extract(carrier)
-            except Exception:
-                _log.debug("acp_otel: failed to extract", exc_info=True)
-                return stripped, Context(), False
-            if context is not None:
-                return stripped, context, True  # the fast path extracts only valid span contexts
-    return stripped, context_from_carrier(carrier), None
+    context, traced = _extract(carrier)
+    return stripped, context, traced
 
 
 def propagator_fields() -> tuple[str, ...]:

@@ -178,8 +178,7 @@ class TurnLayer:
             if not turn.own_span and turn.stop_reason is not None:  # v1: the engine left it to this batch
                 attributes[sc.ACP_STOP_REASON] = turn.stop_reason
             span.set_attributes(attributes)
-        if self._instruments is not None:
-            self._record_turn(turn, now)
+        self._record_turn(turn, now)
         if turn.own_span:
             span.end()
 
