@@ -37,6 +37,8 @@ _log = logging.getLogger("acp_otel")
 # reference: the call holds the context, so a strong one would make a cycle per message that only the
 # garbage collector frees (with the span it holds); the adapter keeps the call alive while the handler runs.
 _CALL_KEY = otel_context.create_key("acp_otel.incoming_call")
+# The key trace.set_span_in_context stores the span under (the only key it puts into an empty context).
+_SPAN_KEY = next(iter(trace.set_span_in_context(trace.INVALID_SPAN, Context())))
 
 _SESSION_RESULT_METHODS = ("session/new", "session/load", "session/fork", "session/resume")
 
@@ -310,7 +312,9 @@ class Engine:
                 span_out = facts.span
                 has_span = facts.traced
             wants_span = is_request or not self._no_notification_spans
-            state = self.peer_state(peer)
+            state = self._peers.get(id(peer))
+            if state is None or state.ref() is not peer:  # first message of a connection (or a reused id)
+                state = self.peer_state(peer)
             # The session's turn in flight (written out here and in begin_incoming: it runs for every message).
             turn = None
             if state is not None and state.turns and type(params) is dict:
@@ -365,7 +369,9 @@ class Engine:
             if type(method) is not str:
                 method = str(method)
             params = stripped.get("params")
-            state = self.peer_state(peer)
+            state = self._peers.get(id(peer))
+            if state is None or state.ref() is not peer:
+                state = self.peer_state(peer)
             info = self._methods.get(method) or self._method_info(method)
             enabled = facts.enabled
             wants_span = is_request or not self._no_notification_spans
@@ -392,8 +398,11 @@ class Engine:
             request_id = message.get("id") if is_request else None
             call = self._start(info, method, params, request_id, state, parent, kind, is_request)
             # Baggage and the remote parent stay current for the handler, under our span.
-            context = trace.set_span_in_context(call.span, parent)  # type: ignore[arg-type]
-            context = otel_context.set_value(_CALL_KEY, weakref.ref(call), context)
+            # What set_span_in_context and then set_value give, built in one copy.
+            values = dict(parent)
+            values[_SPAN_KEY] = call.span
+            values[_CALL_KEY] = weakref.ref(call)
+            context = Context(values)
             if built_here and is_request:
                 # The handler sends from this context (its notifications, its requests to the peer): what
                 # is_instrumentation_enabled() says there is known, since nothing but spans, baggage and our
@@ -429,7 +438,10 @@ class Engine:
         if type(session_id) is not str:
             session_id = None
         # A copy: the sampler sees this dict, and the cached one must stay as it is.
-        attributes = self._base_attributes(info, method, session_id, peer).copy()
+        base = peer.base_attributes.get((method, session_id)) if peer is not None else None
+        if base is None:
+            base = self._base_attributes(info, method, session_id, peer)
+        attributes = base.copy()
         if request_id is not None:
             attributes[sc.JSONRPC_REQUEST_ID] = str(request_id)
         if info.is_update:

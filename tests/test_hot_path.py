@@ -211,8 +211,13 @@ def test_connection_state_goes_with_the_connection_and_is_not_inherited_through_
     assert state is not None and engine.peer_state(peer) is state
     state.attributes["acp.agent.name"] = "a"
     other = _Peer()
-    # Another object at the key of this one (as when a collected peer's id is reused) gets a state of its own.
+    # Another object at the key of this one (as when a collected peer's id is reused) gets a state of its own,
+    # in the lookup the engine makes per message as in peer_state().
     engine._peers[id(other)] = state
+    call, _ = engine.begin_outgoing(other, "_x.dev/ping", {}, 1)
+    assert call is not None and call.span is not None
+    assert "acp.agent.name" not in call.span.attributes  # type: ignore[attr-defined]
+    engine.end_result(call, {})
     fresh = engine.peer_state(other)
     assert fresh is not state and fresh is not None and fresh.attributes == {}
     del peer, other, fresh
@@ -237,3 +242,19 @@ def test_start_attributes_cached_per_connection_follow_what_initialize_teaches()
     assert {k: v for k, v in second.items() if k != "jsonrpc.request.id"} == {
         k: v for k, v in third.items() if k != "jsonrpc.request.id"
     }
+
+
+def test_a_request_handler_runs_in_the_senders_context_under_its_span() -> None:
+    engine, _ = _engine_and_exporter()
+    tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    meta = {"traceparent": tp, "baggage": "user=alice"}
+    call, _, context = engine.begin_incoming(_Peer(), _message("x/y", {"_meta": meta}, 3), True)
+    assert call is not None and call.span is not None
+    # What trace.set_span_in_context(span, sender's context) gives, plus the engine's own entry.
+    sender = _propagation.context_from_carrier(meta)
+    expected = trace.set_span_in_context(call.span, sender)
+    assert trace.get_current_span(context) is call.span
+    assert baggage.get_all(context) == baggage.get_all(expected) == {"user": "alice"}
+    assert all(context[key] == value for key, value in expected.items()) and len(context) == len(expected) + 1
+    assert isinstance(context, Context)
+    engine.end_payload(call, {"jsonrpc": "2.0", "id": 3, "result": {}})
