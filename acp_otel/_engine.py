@@ -26,6 +26,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from . import _propagation as propagation
 from . import _semconv as sc
+from . import _w3c_fast as w3c_fast
 from ._metrics import Instruments
 from ._settings import Settings
 from ._turns import Turn, TurnLayer, agent_attributes, truncate, update_attributes
@@ -37,8 +38,8 @@ _log = logging.getLogger("acp_otel")
 # reference: the call holds the context, so a strong one would make a cycle per message that only the
 # garbage collector frees (with the span it holds); the adapter keeps the call alive while the handler runs.
 _CALL_KEY = otel_context.create_key("acp_otel.incoming_call")
-# The key trace.set_span_in_context stores the span under (the only key it puts into an empty context).
-_SPAN_KEY = next(iter(trace.set_span_in_context(trace.INVALID_SPAN, Context())))
+# Span kinds read once: an Enum member looked up on its class costs more than a Python call.
+_CLIENT, _SERVER, _PRODUCER, _CONSUMER = SpanKind.CLIENT, SpanKind.SERVER, SpanKind.PRODUCER, SpanKind.CONSUMER
 
 _SESSION_RESULT_METHODS = ("session/new", "session/load", "session/fork", "session/resume")
 
@@ -336,7 +337,7 @@ class Engine:
                 if in_turn is not parent:
                     parent, span_out = in_turn, None
             if info.traced and wants_span:
-                kind = SpanKind.CLIENT if is_request else SpanKind.PRODUCER
+                kind = _CLIENT if is_request else _PRODUCER
                 call = self._start(info, method, params, request_id, state, parent, kind, is_request)
                 span_out = call.span
             if not info.inject:
@@ -394,13 +395,13 @@ class Engine:
                     wants_span = self._all_mode
             if not (info.traced and enabled and wants_span):
                 return None, stripped, parent
-            kind = SpanKind.SERVER if is_request else SpanKind.CONSUMER
+            kind = _SERVER if is_request else _CONSUMER
             request_id = message.get("id") if is_request else None
             call = self._start(info, method, params, request_id, state, parent, kind, is_request)
             # Baggage and the remote parent stay current for the handler, under our span.
             # What set_span_in_context and then set_value give, built in one copy.
             values = dict(parent)
-            values[_SPAN_KEY] = call.span
+            values[w3c_fast.SPAN_KEY] = call.span
             values[_CALL_KEY] = weakref.ref(call)
             context = Context(values)
             if built_here and is_request:
@@ -451,13 +452,13 @@ class Engine:
         if turn_peer is not None and session_id is not None and (turn_peer.protocol_version or 0) >= 2:
             # ACP v2: the turn is a span of its own; the request span stands for the acceptance only.
             turn = self._start_turn(turn_peer, session_id, None, parent)
-            if kind is SpanKind.CLIENT:  # the sender's turn wraps its request (one trace)
+            if kind is _CLIENT:  # the sender's turn wraps its request (one trace)
                 parent = turn.context
         span = self._tracer.start_span(method, context=parent, kind=kind, attributes=attributes)
         try:
             call = Call(span, method, peer, is_request)
             call.session_id = session_id
-            call.server = kind is SpanKind.SERVER
+            call.server = kind is _SERVER
             if self._instruments is not None and is_request:
                 call.started = time.monotonic()
             if turn_peer is not None and session_id is not None:

@@ -6,7 +6,7 @@ import logging
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import wrapt
 
@@ -45,9 +45,14 @@ class Patch:
         return getattr(owner, class_name, None) if owner is not None and class_name else owner
 
 
-class _AcpWrapper(wrapt.FunctionWrapper[..., Any]):
-    """Marks the wrappers this package applied, so that a copy of one (a function imported by name from a
-    module we had patched) is recognised and never wrapped twice."""
+# Set on our wrapper functions, so that a copy of one of our wrappers (a function imported by name from a
+# module we had patched) is recognised and never wrapped twice. A mark on the wrapper function rather than
+# a FunctionWrapper subclass: wrapt binds a subclass's methods on a slower path (about 60 % more per call).
+_MARK = "_acp_otel_wrapper"
+
+
+def _is_ours(obj: object) -> TypeGuard[wrapt.FunctionWrapper[..., Any]]:
+    return isinstance(obj, wrapt.FunctionWrapper) and getattr(obj._self_wrapper, _MARK, False) is True
 
 
 class Patches:
@@ -65,8 +70,9 @@ class Patches:
         if original is _MISSING:
             return False
         # A copy of our own wrapper: wrap what it wraps, so that uninstrument puts the original back.
-        target: Any = original.__wrapped__ if isinstance(original, _AcpWrapper) else original
-        setattr(owner, attr, _AcpWrapper(target, wrapper))
+        target: Any = original.__wrapped__ if _is_ours(original) else original
+        setattr(wrapper, _MARK, True)
+        setattr(owner, attr, wrapt.FunctionWrapper(target, wrapper))
         self._saved.append((owner, attr, target))
         return True
 

@@ -191,14 +191,13 @@ def strip_and_extract(message: Any, keys: Collection[str] = RESERVED_META_KEYS) 
     meta = params.get(META)
     if type(meta) is not dict:
         return message, None
-    # One pass over the (few) trace keys; only string values are trace context, but the key is stripped
-    # whatever its value.
+    # One pass over _meta (usually just our traceparent); only string values are trace context, but the key
+    # is stripped whatever its value.
     carrier: dict[str, str] | None = None
     present = 0
-    for key in keys:
-        if key in meta:
+    for key, value in meta.items():
+        if key in keys:
             present += 1
-            value = meta[key]
             if type(value) is str:
                 if carrier is None:
                     carrier = {key: value}

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from typing import TYPE_CHECKING, Any
 
-import wrapt
 from opentelemetry import context as otel_context
 
 from ._patching import Wrapper
@@ -189,22 +189,29 @@ def init_wrapper(state: InstrumentationState) -> Wrapper:
     the SDK turns into a -32603 response or only logs) can be named on our span."""
     request_error = _request_error()
 
-    async def handler(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        try:
-            return await wrapped(*args, **kwargs)
-        except Exception as exc:
-            engine = state.engine
-            if engine is not None:
-                code = getattr(exc, "code", None) if isinstance(exc, request_error) else None
-                engine.note_handler_exception(exc, code)
-            raise
+    def naming_failures(original: Any) -> Any:
+        # A plain closure, not a wrapt proxy: the handler is an SDK-internal callable passed to its own
+        # constructor (nothing patched, nothing to undo, no identity to keep), and it runs for every
+        # incoming message, where a FunctionWrapper's dispatch costs several times a Python call.
+        @functools.wraps(original, updated=())
+        async def handler(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return await original(*args, **kwargs)
+            except Exception as exc:
+                engine = state.engine
+                if engine is not None:
+                    code = getattr(exc, "code", None) if isinstance(exc, request_error) else None
+                    engine.note_handler_exception(exc, code)
+                raise
+
+        return handler
 
     def init(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         try:
             if args:
-                args = (wrapt.FunctionWrapper(args[0], handler), *args[1:])
+                args = (naming_failures(args[0]), *args[1:])
             elif "handler" in kwargs:
-                kwargs = {**kwargs, "handler": wrapt.FunctionWrapper(kwargs["handler"], handler)}
+                kwargs = {**kwargs, "handler": naming_failures(kwargs["handler"])}
         except Exception:
             _log.debug("acp_otel: could not wrap connection handler", exc_info=True)
         return wrapped(*args, **kwargs)

@@ -169,3 +169,41 @@ def test_flush_on_exit_from_the_environment(monkeypatch: Any, value: str, expect
 
     monkeypatch.setenv("OTEL_PYTHON_ACP_FLUSH_ON_EXIT", value)
     assert load_settings().flush_on_exit is expected
+
+
+def test_a_copy_of_our_wrapper_is_unwrapped_and_a_foreign_wrapper_is_wrapped() -> None:
+    from types import SimpleNamespace
+
+    from acp_otel._patching import Patches
+
+    def original(x: int) -> int:
+        return x
+
+    calls: list[str] = []
+
+    def wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+        calls.append("ours")
+        return wrapped(*args, **kwargs)
+
+    def theirs(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+        calls.append("theirs")
+        return wrapped(*args, **kwargs)
+
+    # Module-like owners: Patches reads and writes their attributes through __dict__ / setattr.
+    home: Any = SimpleNamespace(f=original)
+    user: Any = SimpleNamespace()
+    other: Any = SimpleNamespace(f=wrapt.FunctionWrapper(original, theirs))  # another library's wrapper
+    foreign = other.f
+    patches = Patches()
+    assert patches.wrap(home, "f", wrapper)
+    user.f = home.f  # imported by name while patched: a copy of our wrapper
+    patches.restore_all()
+    assert home.f is original and isinstance(user.f, wrapt.FunctionWrapper)
+    # Patched again: the copy is replaced by a wrapper of the original, not wrapped a second time.
+    assert patches.wrap(home, "f", wrapper) and patches.wrap(user, "f", wrapper)
+    assert user.f.__wrapped__ is original and user.f(3) == 3 and calls == ["ours"]
+    # Another library's wrapper is kept under ours.
+    assert patches.wrap(other, "f", wrapper) and other.f.__wrapped__ is foreign
+    assert other.f(4) == 4 and calls == ["ours", "ours", "theirs"]
+    patches.restore_all()
+    assert home.f is original and user.f is original and other.f is foreign
