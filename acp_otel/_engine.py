@@ -439,7 +439,7 @@ class Engine:
         if type(session_id) is not str:
             session_id = None
         # A copy: the sampler sees this dict, and the cached one must stay as it is.
-        base = peer.base_attributes.get((method, session_id)) if peer is not None else None
+        base = peer.base_attributes.get((method, session_id)) if peer is not None else None  # the cache hit
         if base is None:
             base = self._base_attributes(info, method, session_id, peer)
         attributes = base.copy()
@@ -478,13 +478,10 @@ class Engine:
     def _base_attributes(
         self, info: _MethodInfo, method: str, session_id: str | None, peer: PeerState | None
     ) -> dict[str, Any]:
-        """The start attributes that depend on the method, session and connection only: cached per
-        connection (until it learns more in ``initialize``). Shared: callers copy before changing them."""
+        """Build the start attributes that depend on the method, session and connection only, and cache them
+        per connection (until it learns more in ``initialize``): ``_start`` looks in that cache first. Shared:
+        callers copy before changing them."""
         cache = peer.base_attributes if peer is not None else None
-        if cache is not None:
-            attributes = cache.get((method, session_id))
-            if attributes is not None:
-                return attributes
         attributes = info.attributes.copy()
         if peer is not None:
             attributes.update(peer.attributes)
