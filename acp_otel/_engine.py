@@ -313,10 +313,12 @@ class Engine:
                 span_out = facts.span
                 has_span = facts.traced
             wants_span = is_request or not self._no_notification_spans
+            # The connection's state, then the session's turn in flight: both lookups are written out here and in
+            # begin_incoming because they run for every message (peer_state() on a miss: a new connection, or
+            # an id reused by another object).
             state = self._peers.get(id(peer))
-            if state is None or state.ref() is not peer:  # first message of a connection (or a reused id)
+            if state is None or state.ref() is not peer:
                 state = self.peer_state(peer)
-            # The session's turn in flight (written out here and in begin_incoming: it runs for every message).
             turn = None
             if state is not None and state.turns and type(params) is dict:
                 session_id = params.get("sessionId")
