@@ -72,6 +72,7 @@ class Call:
     __slots__ = (
         "__weakref__",
         "failure",
+        "info",
         "is_request",
         "method",
         "peer",
@@ -82,16 +83,26 @@ class Call:
         "turn",
     )
 
-    def __init__(self, span: Span | None, method: str, peer: PeerState | None, is_request: bool) -> None:
+    def __init__(
+        self,
+        span: Span | None,
+        method: str,
+        peer: PeerState | None,
+        is_request: bool,
+        info: _MethodInfo | None = None,
+        session_id: str | None = None,
+        server: bool = False,
+    ) -> None:
         self.span = span
         self.method = method
+        self.info = info  # what the method name says (its request-duration attributes, say)
         self.peer = peer
         self.is_request = is_request
-        self.session_id: str | None = None
+        self.session_id = session_id
         # error.type of an exception the handler raised (set by note_handler_exception).
         self.failure: str | None = None
         self.turn: Turn | None = None  # the turn this session/prompt started
-        self.server = False  # handled here (SERVER / CONSUMER), for the request-duration metric
+        self.server = server  # handled here (SERVER / CONSUMER), for the request-duration metric
         self.started: float | None = None  # monotonic start, when metrics are recorded
 
 
@@ -327,7 +338,12 @@ class Engine:
             if turn is not None:
                 if has_span is None:
                     has_span = _has_span(parent)
-                in_turn = self._parent_in_turn(turn, method, params, parent, has_span)
+                # Most messages keep their parent: the call only when it may change.
+                in_turn = (
+                    parent
+                    if has_span and method != sc.SESSION_REQUEST_PERMISSION
+                    else self._parent_in_turn(turn, method, params, parent, has_span)
+                )
                 if info.is_update:
                     make_tools = self._tool_spans == "always" or (
                         self._tool_spans == "auto" and sender_traced is not True
@@ -361,7 +377,9 @@ class Engine:
         """
         stripped = message
         try:
-            stripped, parent, traced = propagation.extract_context(message, self._strip_keys)
+            # The sender's context, and whether it holds a valid span (None: look).
+            stripped, carrier = propagation.strip_and_extract(message, self._strip_keys)
+            parent, traced = propagation.extract_carrier(carrier) if carrier is not None else (Context(), False)
             # Unless the real propagators decided, the parent holds a span and baggage at most: see below.
             built_here = traced is not None
             current = otel_context.get_current()
@@ -401,11 +419,8 @@ class Engine:
             request_id = message.get("id") if is_request else None
             call = self._start(info, method, params, request_id, state, parent, kind, is_request)
             # Baggage and the remote parent stay current for the handler, under our span.
-            # What set_span_in_context and then set_value give, built in one copy.
-            values = dict(parent)
-            values[w3c_fast.SPAN_KEY] = call.span
-            values[_CALL_KEY] = weakref.ref(call)
-            context = Context(values)
+            # What set_span_in_context and then set_value give, built in one go.
+            context = Context({**parent, w3c_fast.SPAN_KEY: call.span, _CALL_KEY: weakref.ref(call)})
             if built_here and is_request:
                 # The handler sends from this context (its notifications, its requests to the peer): what
                 # is_instrumentation_enabled() says there is known, since nothing but spans, baggage and our
@@ -458,16 +473,16 @@ class Engine:
                 parent = turn.context
         span = self._tracer.start_span(method, context=parent, kind=kind, attributes=attributes)
         try:
-            call = Call(span, method, peer, is_request)
-            call.session_id = session_id
-            call.server = kind is _SERVER
-            if self._instruments is not None and is_request:
-                call.started = time.monotonic()
+            call = Call(span, method, peer, is_request, info, session_id, kind is _SERVER)
             if turn_peer is not None and session_id is not None:
                 if turn is None:  # v1: the request span is the turn
                     turn = self._start_turn(turn_peer, session_id, span, parent)
                     turn.request = call
                 call.turn = turn
+            instruments = self._instruments
+            if instruments is not None and is_request and instruments.recording():
+                # A v1 turn and its request start together: one clock read for both.
+                call.started = turn.started if turn is not None and not turn.own_span else time.monotonic()
             if (method == sc.INITIALIZE or self.settings.capture_content) and span.is_recording():
                 self._on_params(call, params)
             return call
@@ -620,7 +635,7 @@ class Engine:
             if not turn.own_span:  # v1: this span is the turn
                 turn.error_type = error_type
                 turn.request = None
-                self._turns.end(turn)
+                self._turns.end(turn, None, call.started is not None)
                 if peer is not None and peer.turns.get(turn.session_id) is turn:
                     del peer.turns[turn.session_id]
             elif error_type is not None:  # v2: the prompt was not accepted; the turn ends with it
@@ -629,20 +644,17 @@ class Engine:
                 if peer is not None and peer.turns.get(turn.session_id) is turn:
                     del peer.turns[turn.session_id]
         span.end()
-        if call.started is not None and self._instruments is not None:
-            self._record_request(call, error_type)
-
-    def _record_request(self, call: Call, error_type: str | None) -> None:
         instruments = self._instruments
-        assert instruments is not None and call.started is not None
-        info = self._methods.get(call.method)
-        if info is not None and error_type is None:
-            attributes = info.request_attributes
-        else:
-            method_name = info.metric_name if info is not None else instruments.method_name(call.method)
-            attributes = instruments.request_attributes(method_name, error_type)
-        histogram = instruments.server_duration if call.server else instruments.client_duration
-        histogram.record(time.monotonic() - call.started, attributes)
+        started = call.started
+        if started is not None and instruments is not None:  # the request's duration
+            info = call.info
+            if info is not None and error_type is None:
+                attributes = info.request_attributes
+            else:
+                method_name = info.metric_name if info is not None else instruments.method_name(call.method)
+                attributes = instruments.request_attributes(method_name, error_type)
+            histogram = instruments.server_duration if call.server else instruments.client_duration
+            histogram.record(time.monotonic() - started, attributes)
 
     def _method_info(self, method: str) -> _MethodInfo:
         """Work out (and cache) what depends on the method name; callers looked in the cache first."""

@@ -51,7 +51,7 @@ PATCH_TABLE: tuple[Patch, ...] = (
     ),  # up to 0.12.0
     Patch("acp.connection", _CONNECTION, "_run_notification", sdk_adapter.run_notification_wrapper),
     Patch("acp.connection", _CONNECTION, "close", sdk_adapter.close_wrapper),
-    Patch("acp.connection", "acp.connection", "span_context", sdk_adapter.sdk_span_context_wrapper),
+    Patch("acp.connection", "acp.connection", "span_context", sdk_adapter.sdk_span_context_wrapper, static=True),
     # Flush at end of input; installs the SIGTERM handler (shutdown).
     Patch("acp.connection", _CONNECTION, "_receive_loop", shutdown.receive_loop_wrapper, option="flush_on_exit"),
     # Spawned agents: an acp.spawn span and the OpenTelemetry environment (spawn).
@@ -155,7 +155,7 @@ class AcpInstrumentor(BaseInstrumentor):  # type: ignore[misc]
                 owner = patch.resolve()
                 if owner is None or (patch.unless is not None and patch.unless in owner.__dict__):
                     continue
-                state.patches.wrap(owner, patch.attr, patch.make_wrapper(state))
+                state.patches.wrap(owner, patch.attr, patch.make_wrapper(state), patch.static)
             except Exception:
                 _log.debug("acp_otel: could not patch %s.%s", patch.owner, patch.attr, exc_info=True)
 

@@ -110,6 +110,17 @@ class Instruments:
         # One shared dict per distinct input: histograms only read their attributes, and building them
         # (bounding each value) on every record was most of what a record cost us.
         self._cache: dict[tuple[Any, ...], dict[str, str]] = {}
+        # Instruments made from the API's proxy (the global MeterProvider before one is set) drop every record
+        # until a provider is set, then all get real ones at once: one of them tells for all. Read through the
+        # proxy's ``_real_instrument`` (the API has no public "enabled" yet); other instruments always record.
+        self._proxy: Any = self.turn_duration if hasattr(self.turn_duration, "_real_instrument") else None
+
+    def recording(self) -> bool:
+        """``False`` while these are the API's proxy instruments with no ``MeterProvider`` set behind them:
+        every record would be dropped, so the engine skips the clock reads and attribute lookups a record
+        needs. Asked per request and per turn, so metrics start as soon as a provider is set."""
+        proxy = self._proxy
+        return proxy is None or proxy._real_instrument is not None
 
     def agent_attributes(self, name: Any) -> dict[str, str]:
         """``{gen_ai.agent.name: bounded name}``, or nothing when the agent did not say its name."""

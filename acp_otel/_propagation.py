@@ -60,6 +60,10 @@ def inject_context(params: Any, context: Context | None, span: Span | None = Non
     except Exception:
         _log.debug("acp_otel: failed to inject", exc_info=True)
         return params
+    if type(params) is dict and META not in params and carrier:  # no _meta yet (the usual case), written out
+        new_params = dict(params)
+        new_params[META] = carrier
+        return new_params
     return inject_into_params(params, carrier)
 
 
@@ -142,12 +146,13 @@ def context_from_carrier(carrier: dict[str, str] | None) -> Context:
     Malformed headers and a propagator that raises give an empty context; what the propagators log
     about a peer's bad headers goes to our debug log, not the application's (see the filter above).
     """
-    return _extract(carrier)[0] if carrier else Context()
+    return extract_carrier(carrier)[0] if carrier else Context()
 
 
-def _extract(carrier: dict[str, str]) -> tuple[Context, bool | None]:
-    """:func:`context_from_carrier`'s context, and ``True`` when the fast path parsed a valid span context
-    into it (``False``: no span; ``None``: the real propagators decided, so the caller must look)."""
+def extract_carrier(carrier: dict[str, str]) -> tuple[Context, bool | None]:
+    """:func:`context_from_carrier`'s context, and whether it holds a valid span: ``True`` when the fast path
+    parsed one into it, ``False`` when there is none, ``None`` when the real propagators decided (the caller
+    must look). With :func:`strip_and_extract`, what the engine does with an incoming message."""
     fast = w3c_fast.for_propagator(propagate.get_global_textmap())
     if fast is not None and "baggage" not in carrier:
         # Calls no propagator, so logs nothing: no need for the log filter's flag.
@@ -211,19 +216,6 @@ def strip_and_extract(message: Any, keys: Collection[str] = RESERVED_META_KEYS) 
     else:
         new_params[META] = {k: v for k, v in meta.items() if k not in keys}
     return {**message, "params": new_params}, carrier
-
-
-def extract_context(message: Any, keys: Collection[str] = RESERVED_META_KEYS) -> tuple[Any, Context, bool | None]:
-    """``(message without the trace keys, the sender's context, whether it holds a valid span)``.
-
-    The last item is ``False`` when the message carried no trace context, ``True`` when the fast path
-    parsed a valid span context, and ``None`` when the real propagators decided and the caller must look.
-    """
-    stripped, carrier = strip_and_extract(message, keys)
-    if carrier is None:
-        return stripped, Context(), False
-    context, traced = _extract(carrier)
-    return stripped, context, traced
 
 
 def propagator_fields() -> tuple[str, ...]:

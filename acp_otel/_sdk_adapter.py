@@ -59,7 +59,7 @@ def _outgoing_wrapper(state: InstrumentationState, is_request: bool) -> Wrapper:
             method, params = _method_and_params(args, kwargs)
         # send_request takes the next id synchronously before its first await.
         request_id = getattr(instance, "_next_request_id", None) if is_request else None
-        call, new_params = engine.begin_outgoing(instance, method, params, request_id, is_request=is_request)
+        call, new_params = engine.begin_outgoing(instance, method, params, request_id, is_request)
         if call is None:  # nothing to end (the context may still have been injected)
             return await wrapped(method, new_params) if new_params is not params else await wrapped(*args, **kwargs)
         try:
@@ -104,15 +104,16 @@ async def _run_incoming(
     """Run an incoming hook inside its span and the sender's context; return what the hook returned."""
     message = args[0]
     call, handler_message, context = engine.begin_incoming(instance, message, is_request)
+    alone = len(args) == 1  # the hooks take the message alone: no star call (and its tuple) then
     # Always attach: handler tasks otherwise inherit whatever was current when the connection was built.
     token = otel_context.attach(context)
     if call is None:  # no span to end (a streamed chunk in the default mode, say)
         try:
-            return await wrapped(handler_message, *args[1:])
+            return await (wrapped(handler_message) if alone else wrapped(handler_message, *args[1:]))
         finally:
             otel_context.detach(token)
     try:
-        out = await wrapped(handler_message, *args[1:])
+        out = await (wrapped(handler_message) if alone else wrapped(handler_message, *args[1:]))
     except asyncio.CancelledError:
         engine.end_cancelled(call)
         raise

@@ -97,10 +97,11 @@ class Turn:
         self.events = 0
         self.dropped = 0
         self.tools: dict[str, ToolCall] = {}
-        self.closed_tools: set[str] = set()
+        # Both built on first use: most turns finish no tool call and report no usage.
+        self.closed_tools: set[str] | None = None
         self.stop_reason: str | None = None
         self.error_type: str | None = None
-        self.usage: dict[str, int] = {}
+        self.usage: dict[str, int] | None = None
         self.ended = False
         self.request: Any = None  # v1: the engine's call for the session/prompt span (the turn)
 
@@ -153,10 +154,12 @@ class TurnLayer:
         span = self._tracer.start_span(name, context=parent, kind=SpanKind.INTERNAL, attributes=attributes)
         return Turn(span, parent, session_id, True, agent)
 
-    def end(self, turn: Turn, ended_by: str | None = None) -> None:
+    def end(self, turn: Turn, ended_by: str | None = None, timed: bool | None = None) -> None:
         """End the turn's open tool calls (marked), annotate the turn span, record the turn metrics.
 
         A v2 turn span is ended here; a v1 turn's span is the request span, which the engine ends.
+        ``timed``: whether to record the turn's metrics (the engine knows for a v1 turn: when its request is
+        timed); ``None``: when the instruments record.
         """
         if turn.ended:
             return
@@ -178,7 +181,22 @@ class TurnLayer:
             if not turn.own_span and turn.stop_reason is not None:  # v1: the engine left it to this batch
                 attributes[sc.ACP_STOP_REASON] = turn.stop_reason
             span.set_attributes(attributes)
-        self._record_turn(turn, now)
+        instruments = self._instruments
+        if timed is None:
+            timed = instruments is not None and instruments.recording()
+        if timed and instruments is not None:  # the turn's metrics (written out here: every turn)
+            agent = turn.agent
+            if turn.first_chunk is not None:
+                first_chunk = turn.first_chunk - turn.started
+                instruments.first_chunk.record(first_chunk, instruments.agent_only_attributes(agent))
+            usage = turn.usage
+            if usage:
+                for attribute, token_type in _TOKEN_TYPES:
+                    tokens = usage.get(attribute)
+                    if tokens is not None:
+                        instruments.token_usage.record(tokens, instruments.agent_only_attributes(agent, token_type))
+            turn_attributes = instruments.turn_attributes(agent, turn.stop_reason, turn.error_type)
+            instruments.turn_duration.record(now - turn.started, turn_attributes)
         if turn.own_span:
             span.end()
 
@@ -249,11 +267,18 @@ class TurnLayer:
         usage = source.get("usage")
         if type(usage) is not dict:
             return
+        tokens: dict[str, int] = {}
         for key, attribute in sc.USAGE_ATTRIBUTES:
             value = usage.get(key)
             if type(value) is int and 0 <= value < 2**63:  # an OTel int attribute is 64-bit
-                turn.usage[attribute] = value
-        if turn.usage and span.is_recording():
+                tokens[attribute] = value
+        if not tokens:
+            return
+        if turn.usage is None:
+            turn.usage = tokens
+        else:
+            turn.usage.update(tokens)
+        if span.is_recording():
             span.set_attributes(turn.usage)
 
     # ------------------------------------------------------------- tool calls
@@ -268,7 +293,8 @@ class TurnLayer:
             status = None
         if tool is None:
             # Updates after completed/failed, or beyond the cap, open nothing: one span per tool call.
-            if not make_tools or tool_call_id in turn.closed_tools or len(turn.tools) >= MAX_OPEN_TOOLS:
+            closed = turn.closed_tools
+            if not make_tools or (closed is not None and tool_call_id in closed) or len(turn.tools) >= MAX_OPEN_TOOLS:
                 return None
             tool = self._open_tool(turn, tool_call_id, update, status)
         else:
@@ -334,8 +360,11 @@ class TurnLayer:
 
     def _end_tool(self, turn: Turn, tool_call_id: str, tool: ToolCall, ended_by: str | None) -> None:
         del turn.tools[tool_call_id]
-        if len(turn.closed_tools) < MAX_CLOSED_TOOLS:
-            turn.closed_tools.add(tool_call_id)
+        closed = turn.closed_tools
+        if closed is None:
+            turn.closed_tools = {tool_call_id}
+        elif len(closed) < MAX_CLOSED_TOOLS:
+            closed.add(tool_call_id)
         span = tool.span
         failed = tool.status == "failed"
         if span.is_recording():
@@ -348,27 +377,9 @@ class TurnLayer:
                 span.set_status(Status(StatusCode.ERROR, "tool call failed"))
         span.end()
         instruments = self._instruments
-        if instruments is not None:
+        if instruments is not None and instruments.recording():
             attributes = instruments.tool_attributes(turn.agent, tool.kind, tool.status)
             instruments.tool_duration.record(time.monotonic() - tool.started, attributes)
-
-    # ---------------------------------------------------------------- metrics
-
-    def _record_turn(self, turn: Turn, now: float) -> None:
-        instruments = self._instruments
-        if instruments is None:
-            return
-        if turn.first_chunk is not None:
-            instruments.first_chunk.record(
-                turn.first_chunk - turn.started, instruments.agent_only_attributes(turn.agent)
-            )
-        if turn.usage:
-            for attribute, token_type in _TOKEN_TYPES:
-                tokens = turn.usage.get(attribute)
-                if tokens is not None:
-                    instruments.token_usage.record(tokens, instruments.agent_only_attributes(turn.agent, token_type))
-        attributes = instruments.turn_attributes(turn.agent, turn.stop_reason, turn.error_type)
-        instruments.turn_duration.record(now - turn.started, attributes)
 
 
 def update_attributes(attributes: dict[str, Any], update: dict[str, Any]) -> None:

@@ -59,6 +59,19 @@ SPAN_KEY = next(iter(trace.set_span_in_context(trace.INVALID_SPAN, Context())))
 _BAGGAGE_KEY = next(iter(baggage.set_baggage("k", "v", Context())))
 
 
+_HEX_BYTE = {i: f"{i:02x}" for i in range(256)}  # trace flags as the SDK writes them (a dict: no negative index)
+
+
+def _traceparent(trace_id: int, span_id: int, flags: int) -> str:
+    """The SDK's ``traceparent`` (``format(id, "032x")``, ``"016x"``, flags ``"02x"``). Fixed-width bytes to
+    hex costs a third of formatting the ints; ids or flags out of range (no SDK span has them) format as the
+    SDK formats them."""
+    try:
+        return f"00-{trace_id.to_bytes(16, 'big').hex()}-{span_id.to_bytes(8, 'big').hex()}-{_HEX_BYTE[flags]}"
+    except (OverflowError, KeyError, TypeError, AttributeError):
+        return f"00-{trace_id:032x}-{span_id:016x}-{flags:02x}"
+
+
 # Classes seen to be Spans: isinstance() against the Span ABC is slow and its answer cannot change.
 _span_types: set[type] = set()
 
@@ -104,12 +117,7 @@ class W3CFastPath:
             if last is None or last[0] is not span_context:
                 last = None
                 if span_context != INVALID_SPAN_CONTEXT:
-                    # The SDK's format (format(id, "032x"), "016x", flags "02x"); %-formatting is twice as fast.
-                    traceparent = "00-%032x-%016x-%02x" % (  # noqa: UP031
-                        span_context.trace_id,
-                        span_context.span_id,
-                        span_context.trace_flags,
-                    )
+                    traceparent = _traceparent(span_context.trace_id, span_context.span_id, span_context.trace_flags)
                     trace_state = span_context.trace_state
                     # The shared empty default (most span contexts) is known to give no header.
                     tracestate = (

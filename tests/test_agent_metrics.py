@@ -145,6 +145,33 @@ async def test_global_meter_provider_is_used_without_the_keyword(
     assert metrics.get_meter_provider() is not None
 
 
+async def test_records_start_when_a_provider_is_set_behind_the_proxy(
+    instrument: Any, reader: InMemoryMetricReader, meter_provider: MeterProvider, pair: Any, counter: Any
+) -> None:
+    """Instruments made from the API's proxy (the global provider before one is set) record nothing, and the
+    engine skips their records; once a provider is set behind the proxy, the next turn is recorded in full."""
+    from opentelemetry.metrics._internal import _ProxyMeterProvider  # what get_meter_provider() is until set
+
+    proxy = _ProxyMeterProvider()  # a fresh one: the global one can be set only once per process
+    instrument(meter_provider=proxy)
+    p = await pair(ScriptAgent(SCRIPT, usage=USAGE), TraceClient())
+    session_id = await open_session(p.client_conn)
+    await prompt(p.client_conn, session_id, "before")
+    await wait_spans_closed(counter)
+    assert _points(reader) == {}  # nothing reached the reader: no provider behind the proxy yet
+    proxy.on_set_meter_provider(meter_provider)  # what set_meter_provider() does to the global proxy
+    await prompt(p.client_conn, session_id, "after")
+    await wait_spans_closed(counter)
+    points = _points(reader)
+    turns = points["gen_ai.invoke_agent.duration"]
+    assert sum(pt.count for pt in turns) == 2  # the second turn, on both sides (the first one is not there)
+    for name in ("acp.client.operation.duration", "acp.server.operation.duration"):
+        prompts = [pt for pt in points[name] if pt.attributes["acp.method.name"] == "session/prompt"]
+        assert [pt.count for pt in prompts] == [1], name
+    assert {pt.attributes["acp.tool_call.status"] for pt in points["gen_ai.execute_tool.duration"]} >= {"completed"}
+    assert sum(pt.count for pt in points["gen_ai.client.token.usage"]) == 2 * 2  # input and output, both sides
+
+
 class _MetricsReceiver(http.server.ThreadingHTTPServer):
     """A minimal OTLP/HTTP metrics endpoint on 127.0.0.1 that decodes what it receives."""
 

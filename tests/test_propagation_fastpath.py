@@ -182,8 +182,10 @@ def test_fast_path_declines_what_it_does_not_handle() -> None:
 
 # ------------------------------------------------------------------------------------ inject
 
-ids128 = st.sampled_from([0, 1, 2**128 - 1]) | st.integers(0, 2**128 - 1)
-ids64 = st.sampled_from([0, 1, 2**64 - 1]) | st.integers(0, 2**64 - 1)
+# Out of range too (no SDK span has such ids or flags, but a SpanContext can): they format as the SDK formats them.
+ids128 = st.sampled_from([0, 1, 2**128 - 1, 2**128, 2**140, -1]) | st.integers(0, 2**128 - 1)
+ids64 = st.sampled_from([0, 1, 2**64 - 1, 2**64, -1]) | st.integers(0, 2**64 - 1)
+flags_ = st.integers(0, 255) | st.sampled_from([256, 4096, -1])
 trace_states = st.one_of(
     st.just(TraceState()),
     tracestates.map(lambda header: TraceState.from_header([header])),
@@ -200,7 +202,7 @@ def contexts(draw: st.DrawFn) -> Context:
             draw(ids128),
             draw(ids64),
             draw(st.booleans()),
-            TraceFlags(draw(st.integers(0, 255))),
+            TraceFlags(draw(flags_)),
             draw(trace_states),
         )
         ctx = trace.set_span_in_context(NonRecordingSpan(span_context), ctx)

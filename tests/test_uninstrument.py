@@ -207,3 +207,34 @@ def test_a_copy_of_our_wrapper_is_unwrapped_and_a_foreign_wrapper_is_wrapped() -
     assert other.f(4) == 4 and calls == ["ours", "ours", "theirs"]
     patches.restore_all()
     assert home.f is original and user.f is original and other.f is foreign
+
+
+def test_a_static_wrapper_calls_the_function_and_puts_it_back() -> None:
+    """``static``: a module function is wrapped as a staticmethod (wrapt then calls the wrapper without looking
+    for a ``__self__``); it is called with its arguments, its copies are recognised, the function is restored."""
+    from types import SimpleNamespace
+
+    from acp_otel._patching import Patches
+
+    def original(x: int, *, y: int = 0) -> int:
+        return x + y
+
+    seen: list[Any] = []
+
+    def wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+        seen.append(instance)
+        return wrapped(*args, **kwargs)
+
+    home: Any = SimpleNamespace(f=original)
+    user: Any = SimpleNamespace()
+    patches = Patches()
+    assert patches.wrap(home, "f", wrapper, static=True)
+    assert isinstance(home.f.__wrapped__, staticmethod) and home.f.__name__ == "original"
+    assert home.f(2, y=3) == 5 and seen == [None]
+    user.f = home.f  # a copy of our wrapper
+    patches.restore_all()
+    assert home.f is original
+    assert patches.wrap(user, "f", wrapper, static=True)  # the copy: the function inside it is wrapped
+    assert user.f.__wrapped__.__func__ is original and user.f(1) == 1
+    patches.restore_all()
+    assert user.f is original  # the function, not the staticmethod
