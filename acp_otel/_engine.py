@@ -630,20 +630,22 @@ class Engine:
         assert span is not None
         call.span = None  # ending twice is a no-op
         turn = call.turn
-        if turn is not None:
-            peer = call.peer
-            if not turn.own_span:  # v1: this span is the turn
-                turn.error_type = error_type
-                turn.request = None
-                self._turns.end(turn, None, call.started is not None)
-                if peer is not None and peer.turns.get(turn.session_id) is turn:
-                    del peer.turns[turn.session_id]
-            elif error_type is not None:  # v2: the prompt was not accepted; the turn ends with it
-                turn.error_type = error_type
-                self._turns.end(turn)
-                if peer is not None and peer.turns.get(turn.session_id) is turn:
-                    del peer.turns[turn.session_id]
-        span.end()
+        try:
+            if turn is not None:
+                peer = call.peer
+                if not turn.own_span:  # v1: this span is the turn
+                    turn.error_type = error_type
+                    turn.request = None
+                    self._turns.end(turn, None, call.started is not None)
+                    if peer is not None and peer.turns.get(turn.session_id) is turn:
+                        del peer.turns[turn.session_id]
+                elif error_type is not None:  # v2: the prompt was not accepted; the turn ends with it
+                    turn.error_type = error_type
+                    self._turns.end(turn)
+                    if peer is not None and peer.turns.get(turn.session_id) is turn:
+                        del peer.turns[turn.session_id]
+        finally:  # ended even if ending its turn failed (a custom meter that raises, say): no longer on the call
+            span.end()
         instruments = self._instruments
         started = call.started
         if started is not None and instruments is not None:  # the request's duration

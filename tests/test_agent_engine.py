@@ -99,6 +99,30 @@ def test_untraced_message_in_a_turn_joins_it_and_a_traced_parent_wins(spans: Any
     assert parent_of(reads["9"]) == span_id(other)  # a sender's own context is kept
 
 
+def test_the_prompt_span_ends_when_recording_its_turn_fails(spans: Any) -> None:
+    """A meter that raises (a broken custom provider) while the turn's metrics are recorded: the v1 turn's
+    request span still ends, and the error stays inside the engine."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from acp_otel._metrics import make_instruments
+
+    exporter, counter, provider = spans
+    instruments = make_instruments(MeterProvider(metric_readers=[InMemoryMetricReader()]), "0")
+    assert instruments is not None
+
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("meter failed")
+
+    instruments.turn_duration.record = broken  # type: ignore[method-assign]
+    engine = Engine(provider.get_tracer("test"), load_settings({}, {}), instruments)
+    prompt, _ = engine.begin_outgoing(Peer(), "session/prompt", {"sessionId": "s", "prompt": []}, 1, parent=Context())
+    engine.end_result(prompt, {"stopReason": "end_turn"})  # does not raise
+    assert not counter.open
+    turn = one(exporter.get_finished_spans(), "session/prompt", SpanKind.CLIENT)
+    assert turn.attributes["acp.stop_reason"] == "end_turn"
+
+
 def test_close_peer_ends_turns_and_tools_and_is_safe_twice(spans: Any) -> None:
     exporter, counter, provider = spans
     engine = _engine(provider)
