@@ -64,8 +64,8 @@ _HEX_BYTE = {i: f"{i:02x}" for i in range(256)}  # trace flags as the SDK writes
 
 def _traceparent(trace_id: int, span_id: int, flags: int) -> str:
     """The SDK's ``traceparent`` (``format(id, "032x")``, ``"016x"``, flags ``"02x"``). Fixed-width bytes to
-    hex costs a third of formatting the ints; ids or flags out of range (no SDK span has them) format as the
-    SDK formats them."""
+    hex costs a quarter less than formatting the ints; ids or flags out of range (no SDK span has them) format
+    as the SDK formats them."""
     try:
         return f"00-{trace_id.to_bytes(16, 'big').hex()}-{span_id.to_bytes(8, 'big').hex()}-{_HEX_BYTE[flags]}"
     except (OverflowError, KeyError, TypeError, AttributeError):
