@@ -89,9 +89,9 @@ class Call:
         method: str,
         peer: PeerState | None,
         is_request: bool,
-        info: _MethodInfo | None = None,
-        session_id: str | None = None,
-        server: bool = False,
+        info: _MethodInfo,
+        session_id: str | None,
+        server: bool,
     ) -> None:
         self.span = span
         self.method = method
@@ -650,11 +650,10 @@ class Engine:
         started = call.started
         if started is not None and instruments is not None:  # the request's duration
             info = call.info
-            if info is not None and error_type is None:
+            if error_type is None:
                 attributes = info.request_attributes
             else:
-                method_name = info.metric_name if info is not None else instruments.method_name(call.method)
-                attributes = instruments.request_attributes(method_name, error_type)
+                attributes = instruments.request_attributes(info.metric_name, error_type)
             histogram = instruments.server_duration if call.server else instruments.client_duration
             histogram.record(time.monotonic() - started, attributes)
 

@@ -118,7 +118,7 @@ class Instruments:
     def recording(self) -> bool:
         """``False`` while these are the API's proxy instruments with no ``MeterProvider`` set behind them:
         every record would be dropped, so the engine skips the clock reads and attribute lookups a record
-        needs. Asked per request and per turn, so metrics start as soon as a provider is set."""
+        needs. Asked per request, turn and tool call, so metrics start as soon as a provider is set."""
         proxy = self._proxy
         return proxy is None or proxy._real_instrument is not None
 
