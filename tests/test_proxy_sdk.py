@@ -60,7 +60,7 @@ async def test_typescript_agent_untraced_editor(sink: OtlpSink) -> None:
     permission = the(spans, "session/request_permission", "CLIENT", "agent")
     assert permission.status == "UNSET" and permission.attributes["jsonrpc.request.id"] == "0"
     updates = named(spans, "session/update", "PRODUCER", "agent")
-    assert sorted(u.attributes["acp.session.update"] for u in updates) == [
+    assert sorted(u.attributes["acp.session.update.kind"] for u in updates) == [
         "agent_message_chunk",
         "tool_call",
         "tool_call_update",

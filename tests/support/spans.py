@@ -27,13 +27,21 @@ def service_of(span: Any) -> str | None:
     return name
 
 
+def _named(span: Any, name: str) -> bool:
+    """Called ``name``, or the span of method ``name`` named ``{method} {target}`` (a v1 turn: the agent)."""
+    if span.name == name:
+        return True
+    return span.name.startswith(name + " ") and (span.attributes or {}).get("acp.method.name") == name
+
+
 def find(spans: Iterable[Any], name: str, kind: SpanKind | str | None = None, service: str | None = None) -> list[Any]:
-    """Spans called ``name`` (of that ``kind`` and ``service`` when given)."""
+    """Spans called ``name`` (of that ``kind`` and ``service`` when given); a method name also finds its
+    ``{method} {target}`` spans."""
     want = None if kind is None else _kind_name(kind)
     return [
         s
         for s in spans
-        if s.name == name
+        if _named(s, name)
         and (want is None or _kind_name(s.kind) == want)
         and (service is None or service_of(s) == service)
     ]
