@@ -34,6 +34,12 @@ def _named(span: Any, name: str) -> bool:
     return span.name.startswith(name + " ") and (span.attributes or {}).get("acp.method.name") == name
 
 
+def name_of_method(span: Any) -> str:
+    """The method a ``{method} {target}`` span stands for; any other span's own name."""
+    method = (span.attributes or {}).get("acp.method.name")
+    return method if type(method) is str and span.name.startswith(method + " ") else span.name
+
+
 def find(spans: Iterable[Any], name: str, kind: SpanKind | str | None = None, service: str | None = None) -> list[Any]:
     """Spans called ``name`` (of that ``kind`` and ``service`` when given); a method name also finds its
     ``{method} {target}`` spans."""
@@ -126,6 +132,8 @@ class SpanCounter(SpanProcessor):
             self.started += 1
             self.open[span.context.span_id] = (span.name, span.kind.name)
             self.started_as[(span.name, span.kind.name)] += 1
+            if span.name != name_of_method(span):  # "{method} {target}" (a v1 turn): counted by method too
+                self.started_as[(name_of_method(span), span.kind.name)] += 1
 
     def on_end(self, span: Any) -> None:
         with self._lock:
