@@ -10,6 +10,7 @@ every call.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import time
 from typing import Any
@@ -23,6 +24,8 @@ from . import _semconv as sc
 from ._metrics import Instruments
 from ._settings import Settings
 
+_log = logging.getLogger("acp_otel")
+
 # A hostile agent can invent endless tool call ids: at most this many open per turn, and this many
 # finished ids remembered (so that an update after completed/failed does not open a second span).
 MAX_OPEN_TOOLS = 256
@@ -32,6 +35,7 @@ _MAX_NAME = 128  # characters of a tool name kept in span names and attributes
 _CHUNK_ATTRIBUTES = {kind: sc.ACP_TURN_CHUNK_COUNT_PREFIX + kind for kind in sc.CHUNK_KINDS}
 _TOOL_UPDATES = frozenset(("tool_call", "tool_call_update"))
 _FINAL_STATUSES = frozenset(("completed", "failed"))
+_USAGE_UPDATE = sc.USAGE_UPDATE
 
 # Usage and cost (usage_update): values outside these bounds are ignored, never recorded.
 _MAX_INT = 2**63  # an OTel int attribute is 64-bit
@@ -206,19 +210,24 @@ class TurnLayer:
         turn.costs = costs
         if self._capture:
             turn.output = []
-            span = turn.span
-            if span.is_recording():
-                prompt = params.get("prompt") if type(params) is dict else None
-                parts = content.prompt_parts(prompt)
-                limit = self._max_len
-                text = content.parts_text(parts, limit)  # first: messages_json shortens the parts it fits
-                span.set_attributes(
-                    {
-                        sc.GEN_AI_INPUT_MESSAGES: content.messages_json([{"role": "user", "parts": parts}], limit),
-                        sc.INPUT_VALUE: text,
-                        sc.INPUT_MIME_TYPE: sc.TEXT_PLAIN,
-                    }
-                )
+            if turn.span.is_recording():
+                try:  # whatever the prompt holds, the turn keeps its span
+                    self._input_attributes(turn.span, params)
+                except Exception:
+                    _log.debug("acp_otel: failed to record the prompt's content", exc_info=True)
+
+    def _input_attributes(self, span: Span, params: Any) -> None:
+        prompt = params.get("prompt") if type(params) is dict else None
+        parts = content.prompt_parts(prompt)
+        limit = self._max_len
+        text = content.parts_text(parts, limit)  # first: messages_json shortens the parts it fits
+        span.set_attributes(
+            {
+                sc.GEN_AI_INPUT_MESSAGES: content.messages_json([{"role": "user", "parts": parts}], limit),
+                sc.INPUT_VALUE: text,
+                sc.INPUT_MIME_TYPE: sc.TEXT_PLAIN,
+            }
+        )
 
     def agent_traced(self, turn: Turn) -> None:
         """A message of the agent's arrived with trace context: the traced agent reports the turn's usage."""
@@ -332,7 +341,7 @@ class TurnLayer:
                 self._turn_event(turn, update, params)  # no tool span on this side: keep the fact on the turn
         elif self._all_events or self._turn_events:
             self._turn_event(turn, update, params)
-        if kind == sc.USAGE_UPDATE:
+        if kind == _USAGE_UPDATE:
             self._usage_update(turn, update)
         if kind == sc.V2_STATE_UPDATE and turn.own_span:
             state = update.get("state")
