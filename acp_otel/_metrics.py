@@ -2,6 +2,7 @@
 
 Histograms in seconds with explicit bucket boundaries (an advisory the SDK applies unless a View says
 otherwise): the SDK's default boundaries are sized for milliseconds, agents work in seconds to minutes.
+Token and cost counters, recorded by one side per turn (the ``usage`` option), so that sums hold.
 Every attribute value is from a bounded set: never a session, request or tool call id, never content.
 """
 
@@ -54,7 +55,7 @@ class Bounded:
 
 
 class Instruments:
-    """The histograms the engine records, created once from one meter."""
+    """The histograms and counters the engine records, created once from one meter."""
 
     def __init__(self, meter: metrics.Meter) -> None:
         self.client_duration = meter.create_histogram(
