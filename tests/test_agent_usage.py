@@ -186,7 +186,9 @@ HOSTILE = [
 
 
 async def test_hostile_usage_values_are_ignored(instrument: Any, exporter: Any, pair: Any, counter: Any) -> None:
-    usage = {"inputTokens": 2**70, "outputTokens": -1, "totalTokens": "x", "thoughtTokens": 5}
+    # Out of range for a 64-bit attribute, though valid for the SDK's models (which reject negative and
+    # non-numeric token counts before they are sent; the proxy's hostile corpus sends those raw).
+    usage = {"inputTokens": 2**70, "outputTokens": 2**64, "totalTokens": 2**63, "thoughtTokens": 5}
     await _prompts(pair, counter, ScriptAgent(HOSTILE, usage=usage), ["hi"])
     (turn,) = _turns(exporter.get_finished_spans(), S)
     assert _usage(turn) == {  # only the valid figures: the first update's, and the one valid token count

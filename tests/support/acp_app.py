@@ -247,7 +247,6 @@ class UsageAgent(TraceAgent):
 
     async def prompt(self, prompt: Any, session_id: str, **kwargs: Any) -> dict[str, Any]:
         words = dict(word.split("=", 1) for word in _text_of(prompt).split() if "=" in word)
-        await self.conn.session_update(session_id=session_id, update=_chunk("ok"))
         update = {
             "sessionUpdate": "usage_update",
             "used": int(words.get("used", "1000")),
@@ -256,6 +255,8 @@ class UsageAgent(TraceAgent):
         }
         # Raw: SDK releases whose schema predates usage_update would not build it.
         await self.conn._conn.send_notification("session/update", {"sessionId": session_id, "update": update})
+        # Not last: before 0.12 an editor may handle the last update after the response (outside the turn).
+        await self.conn.session_update(session_id=session_id, update=_chunk("ok"))
         tokens = int(words.get("in", "120"))
         return {
             "stopReason": "end_turn",
