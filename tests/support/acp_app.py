@@ -255,8 +255,10 @@ class UsageAgent(TraceAgent):
         }
         # Raw: SDK releases whose schema predates usage_update would not build it.
         await self.conn._conn.send_notification("session/update", {"sessionId": session_id, "update": update})
-        # Not last: before 0.12 an editor may handle the last update after the response (outside the turn).
         await self.conn.session_update(session_id=session_id, update=_chunk("ok"))
+        # A round trip to the client before answering: before 0.12 the client's SDK queues notifications behind
+        # the response it resolves at once, so updates sent just before it may be handled after the turn ended.
+        await self.conn.read_text_file(session_id=session_id, path="/tmp/usage.txt")
         tokens = int(words.get("in", "120"))
         return {
             "stopReason": "end_turn",
