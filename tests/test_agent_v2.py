@@ -141,8 +141,11 @@ async def test_v2_turn_lasts_until_idle(instrument: Any, exporter: Any, counter:
         assert a["gen_ai.operation.name"] == "invoke_agent" and a["gen_ai.agent.name"] == "v2-agent"
         assert a["gen_ai.agent.version"] == "0.2.0" and a["gen_ai.conversation.id"] == "v2-sess"
         assert a["acp.stop_reason"] == "end_turn"
-        assert (a["gen_ai.usage.input_tokens"], a["gen_ai.usage.output_tokens"]) == (11, 7)
-        assert a["acp.usage.total_tokens"] == 18
+        if turn is turn_s:  # usage once: on the traced agent's turn
+            assert (a["gen_ai.usage.input_tokens"], a["gen_ai.usage.output_tokens"]) == (11, 7)
+            assert a["acp.usage.total_tokens"] == 18
+        else:
+            assert not [k for k in a if k.startswith(("gen_ai.usage.", "acp.usage."))]
         assert a["acp.turn.chunk_count.agent_message_chunk"] == 2
         assert 0 <= a["gen_ai.response.time_to_first_chunk"] <= (turn.end_time - turn.start_time) / 1e9
         assert "acp.turn.ended_by" not in a
