@@ -178,3 +178,18 @@ async def test_v2_turn_without_idle_ends_with_the_connection(instrument: Any, ex
     assert len(turns) == 2
     assert {t.attributes["acp.turn.ended_by"] for t in turns} == {"connection_closed"}
     assert all(t.status.status_code == StatusCode.UNSET for t in turns)
+
+
+async def test_v2_turn_captures_its_content(instrument: Any, exporter: Any, counter: Any) -> None:
+    """With capture on, each side's v2 turn span carries the prompt and the agent's streamed text."""
+    instrument(capture_content=True)
+    async with _v2_pair(V2Agent(), V2Client()) as (client_conn, _agent_conn):
+        await _start_turn(client_conn)
+        await wait_until(lambda: len(find(exporter.get_finished_spans(), "invoke_agent v2-agent")) == 2, what="turns")
+        await wait_spans_closed(counter)
+    turns = find(exporter.get_finished_spans(), "invoke_agent v2-agent", SpanKind.INTERNAL)
+    assert len(turns) == 2
+    for turn in turns:
+        a = turn.attributes
+        assert a["input.value"] == SECRET and a["output.value"] == SECRET + "done"
+        assert SECRET in a["gen_ai.input.messages"] and '"finish_reason": "stop"' in a["gen_ai.output.messages"]
