@@ -48,6 +48,9 @@ _METHOD_CACHE_SIZE = 1024
 # Start attribute sets cached per connection ((method, session) pairs; more are built each time).
 _BASE_CACHE_SIZE = 64
 
+# Characters of an agent name kept in a turn span's name.
+_MAX_AGENT_NAME = 128
+
 # How a call ended (one place annotates and ends spans: Engine._finish).
 _RESULT, _RPC_ERROR, _EXCEPTION, _CANCELLED = range(4)
 
@@ -55,7 +58,16 @@ _RESULT, _RPC_ERROR, _EXCEPTION, _CANCELLED = range(4)
 class PeerState:
     """What one connection has told us: initialize facts, the turn in flight per session."""
 
-    __slots__ = ("__weakref__", "attributes", "base_attributes", "protocol_version", "ref", "turns")
+    __slots__ = (
+        "__weakref__",
+        "agent_traced",
+        "attributes",
+        "base_attributes",
+        "costs",
+        "protocol_version",
+        "ref",
+        "turns",
+    )
 
     def __init__(self, ref: weakref.ref[Any]) -> None:
         self.ref = ref  # the connection (the engine's map is keyed by its id, which may be reused)
@@ -64,6 +76,9 @@ class PeerState:
         self.base_attributes: dict[tuple[str, str | None], dict[str, Any]] = {}
         self.turns: dict[str, Turn] = {}
         self.protocol_version: int | None = None  # negotiated in initialize (2: ACP v2 turns)
+        # A session/update of the agent's arrived with trace context: the agent reports usage (see Turn).
+        self.agent_traced = False
+        self.costs: dict[str, tuple[float, str]] = {}  # the last cumulative cost per session (usage_update)
 
 
 class Call:
@@ -335,7 +350,10 @@ class Engine:
                 session_id = params.get("sessionId")
                 if type(session_id) is str:
                     turn = state.turns.get(session_id)
-            if turn is not None:
+            if turn is None:
+                if sender_traced is True and info.is_update and state is not None:  # an update outside any turn
+                    state.agent_traced = True
+            else:
                 if has_span is None:
                     has_span = _has_span(parent)
                 # Most messages keep their parent: the call only when it may change.
@@ -345,6 +363,8 @@ class Engine:
                     else self._parent_in_turn(turn, method, params, parent, has_span)
                 )
                 if info.is_update:
+                    if sender_traced is True and turn.reports_usage:  # a traced agent reports usage itself
+                        self._agent_traced(state, turn)
                     make_tools = self._tool_spans == "always" or (
                         self._tool_spans == "auto" and sender_traced is not True
                     )
@@ -408,11 +428,17 @@ class Engine:
                     parent = self._parent_in_turn(turn, method, params, parent, False)
                     built_here = False
                 if info.is_update:
+                    if traced and turn.reports_usage:  # an update of a traced agent: it reports usage itself
+                        self._agent_traced(state, turn)
                     make_tools = self._tool_spans == "always" or (self._tool_spans == "auto" and not traced)
                     tool_context = self._turns.on_update(turn, params, make_tools)
                     if tool_context is not None and not traced:
                         parent = tool_context
                     wants_span = self._all_mode
+            elif info.is_update and state is not None and not state.agent_traced and enabled:
+                # An update outside any turn: does the agent trace itself? (Once known, never looked up again.)
+                if traced if traced is not None else _has_span(parent):
+                    state.agent_traced = True
             if not (info.traced and enabled and wants_span):
                 return None, stripped, parent
             kind = _SERVER if is_request else _CONSUMER
@@ -468,15 +494,22 @@ class Engine:
         turn_peer = peer if method == sc.SESSION_PROMPT else None  # a session/prompt starts a turn
         if turn_peer is not None and session_id is not None and (turn_peer.protocol_version or 0) >= 2:
             # ACP v2: the turn is a span of its own; the request span stands for the acceptance only.
-            turn = self._start_turn(turn_peer, session_id, None, parent)
+            turn = self._start_turn(turn_peer, session_id, None, parent, params)
             if kind is _CLIENT:  # the sender's turn wraps its request (one trace)
                 parent = turn.context
-        span = self._tracer.start_span(method, context=parent, kind=kind, attributes=attributes)
+        name = method
+        if turn_peer is not None and turn is None and session_id is not None:
+            # A v1 turn: named like MCP names its calls, "{method} {target}" (the agent), so that trace lists
+            # tell agents apart; the method stays first, as this span is also the request's.
+            agent = turn_peer.attributes.get(sc.ACP_AGENT_NAME)
+            if type(agent) is str and agent:
+                name = f"{method} {agent[:_MAX_AGENT_NAME]}"
+        span = self._tracer.start_span(name, context=parent, kind=kind, attributes=attributes)
         try:
             call = Call(span, method, peer, is_request, info, session_id, kind is _SERVER)
             if turn_peer is not None and session_id is not None:
                 if turn is None:  # v1: the request span is the turn
-                    turn = self._start_turn(turn_peer, session_id, span, parent)
+                    turn = self._start_turn(turn_peer, session_id, span, parent, params)
                     turn.request = call
                 call.turn = turn
             instruments = self._instruments
@@ -515,11 +548,26 @@ class Engine:
             cache[(method, session_id)] = attributes
         return attributes
 
-    def _start_turn(self, peer: PeerState, session_id: str, request_span: Span | None, parent: Context) -> Turn:
+    def _agent_traced(self, peer: PeerState | None, turn: Turn) -> None:
+        if peer is not None:
+            peer.agent_traced = True
+        self._turns.agent_traced(turn)
+
+    def _start_turn(
+        self, peer: PeerState, session_id: str, request_span: Span | None, parent: Context, params: Any
+    ) -> Turn:
         previous = peer.turns.get(session_id)
         if previous is not None and previous.own_span:  # a v2 turn that never went idle
             self._turns.end(previous, sc.ENDED_BY_NEXT_PROMPT)
-        turn = self._turns.start(request_span, parent, session_id, peer.attributes)
+        turn = self._turns.start(
+            request_span,
+            parent,
+            session_id,
+            peer.attributes,
+            agent_traced=peer.agent_traced,
+            costs=peer.costs,
+            params=params,
+        )
         peer.turns[session_id] = turn
         return turn
 

@@ -2,6 +2,7 @@
 
 Histograms in seconds with explicit bucket boundaries (an advisory the SDK applies unless a View says
 otherwise): the SDK's default boundaries are sized for milliseconds, agents work in seconds to minutes.
+Token and cost counters, recorded by one side per turn (the ``usage`` option), so that sums hold.
 Every attribute value is from a bounded set: never a session, request or tool call id, never content.
 """
 
@@ -20,13 +21,13 @@ TURN_BUCKETS = (0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0,
 # A tool call includes the user's permission decision: tens of ms to half an hour.
 TOOL_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
 FIRST_CHUNK_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0)
-# gen_ai.client.token.usage's boundaries (GenAI semantic conventions).
-TOKEN_BUCKETS = tuple(float(4**i) for i in range(14))
 
 # Extension method names kept as they are in metric attributes, per engine; later ones are _OTHER.
 MAX_EXTENSION_METHODS = 32
 # Agent names kept per engine (an agent name comes from the peer): later ones are _OTHER.
 MAX_AGENT_NAMES = 16
+# Currencies kept per engine (a currency comes from the peer): later ones are _OTHER.
+MAX_CURRENCIES = 8
 # Attribute sets remembered per kind of record. The keys are the raw values (a peer can send endless
 # ones), so the cache is capped; past the cap a record builds its dict as before.
 MAX_CACHED_ATTRIBUTE_SETS = 1024
@@ -54,7 +55,7 @@ class Bounded:
 
 
 class Instruments:
-    """The histograms the engine records, created once from one meter."""
+    """The histograms and counters the engine records, created once from one meter."""
 
     def __init__(self, meter: metrics.Meter) -> None:
         self.client_duration = meter.create_histogram(
@@ -87,11 +88,21 @@ class Instruments:
             description="Time from the start of a turn to its first agent message or thought chunk.",
             explicit_bucket_boundaries_advisory=FIRST_CHUNK_BUCKETS,
         )
-        self.token_usage = meter.create_histogram(
-            sc.METRIC_TOKEN_USAGE,
+        # Usage counters: recorded by one side per turn (the usage option), so sums across processes hold.
+        self.input_tokens = meter.create_counter(
+            sc.METRIC_TURN_INPUT_TOKENS,
             unit="{token}",
-            description="Tokens a turn used, as the agent reported them (input and output).",
-            explicit_bucket_boundaries_advisory=TOKEN_BUCKETS,
+            description="Input tokens of ACP prompt turns, as the agent reported them.",
+        )
+        self.output_tokens = meter.create_counter(
+            sc.METRIC_TURN_OUTPUT_TOKENS,
+            unit="{token}",
+            description="Output tokens of ACP prompt turns, as the agent reported them.",
+        )
+        self.cost = meter.create_counter(
+            sc.METRIC_TURN_COST,
+            unit="{currency_unit}",
+            description="Cost of ACP prompt turns (the change of the session's cumulative cost), per currency.",
         )
         extension = Bounded(MAX_EXTENSION_METHODS)
         self._agent_name = Bounded(MAX_AGENT_NAMES)
@@ -106,6 +117,7 @@ class Instruments:
             8, frozenset(("end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"))
         )
         self.error_type = Bounded(32)
+        self._currency = Bounded(MAX_CURRENCIES)
 
         # One shared dict per distinct input: histograms only read their attributes, and building them
         # (bounding each value) on every record was most of what a record cost us.
@@ -157,14 +169,21 @@ class Instruments:
             attributes = self._remember(key, attributes)
         return attributes
 
-    def agent_only_attributes(self, agent: Any, token_type: str | None = None) -> dict[str, str]:
-        """The bounded agent name (and ``gen_ai.token.type``): first-chunk and token records. Shared: read only."""
-        key = ("agent", agent if type(agent) is str else None, token_type)
+    def agent_only_attributes(self, agent: Any) -> dict[str, str]:
+        """The bounded agent name: first-chunk and token records. Shared: read only."""
+        key = ("agent", agent if type(agent) is str else None)
+        attributes = self._cache.get(key)
+        if attributes is None:
+            attributes = self._remember(key, self.agent_attributes(agent))
+        return attributes
+
+    def cost_attributes(self, agent: Any, currency: str) -> dict[str, str]:
+        """The bounded agent name and currency of a cost record (never a session id). Shared: read only."""
+        key = ("cost", agent if type(agent) is str else None, currency)
         attributes = self._cache.get(key)
         if attributes is None:
             attributes = self.agent_attributes(agent)
-            if token_type is not None:
-                attributes[sc.GEN_AI_TOKEN_TYPE] = token_type
+            attributes[sc.ACP_USAGE_COST_CURRENCY] = self._currency(currency)
             attributes = self._remember(key, attributes)
         return attributes
 

@@ -21,7 +21,8 @@ ERROR_TYPE = "error.type"
 ACP_METHOD_NAME = "acp.method.name"
 ACP_SESSION_ID = "acp.session.id"
 GEN_AI_CONVERSATION_ID = "gen_ai.conversation.id"
-ACP_EXTENSION = "acp.extension"
+# A boolean; not "acp.extension", which is the namespace of acp.extension.namespace (a name must not be both).
+ACP_EXTENSION = "acp.method.extension"
 ACP_EXTENSION_NAMESPACE = "acp.extension.namespace"
 ACP_CANCELLED = "acp.cancelled"
 
@@ -34,7 +35,8 @@ ACP_CLIENT_CAPABILITIES_EXTENSIONS = "acp.client.capabilities.extensions"
 ACP_AGENT_CAPABILITIES_EXTENSIONS = "acp.agent.capabilities.extensions"
 
 ACP_STOP_REASON = "acp.stop_reason"
-ACP_SESSION_UPDATE = "acp.session.update"
+# The kind of one session/update; not "acp.session.update", the namespace of the .count / .dropped below.
+ACP_SESSION_UPDATE = "acp.session.update.kind"
 ACP_TOOL_CALL_ID = "acp.tool_call.id"
 ACP_TOOL_CALL_STATUS = "acp.tool_call.status"
 
@@ -78,17 +80,17 @@ GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK = "gen_ai.response.time_to_first_chunk"
 GEN_AI_USAGE_INPUT_TOKENS = "gen_ai.usage.input_tokens"
 GEN_AI_USAGE_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
 GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS = "gen_ai.usage.cache_read.input_tokens"
-GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS = "gen_ai.usage.cache_creation.input_tokens"
+# semantic-conventions-genai renamed cache_creation to cache_write (2026, #440).
+GEN_AI_USAGE_CACHE_WRITE_INPUT_TOKENS = "gen_ai.usage.cache_write.input_tokens"
 GEN_AI_USAGE_REASONING_OUTPUT_TOKENS = "gen_ai.usage.reasoning.output_tokens"
 ACP_USAGE_TOTAL_TOKENS = "acp.usage.total_tokens"  # the GenAI registry has no total
-GEN_AI_TOKEN_TYPE = "gen_ai.token.type"
 
 # ACP usage field -> attribute (PromptResponse.usage / v2 idle state_update.usage).
 USAGE_ATTRIBUTES = (
     ("inputTokens", GEN_AI_USAGE_INPUT_TOKENS),
     ("outputTokens", GEN_AI_USAGE_OUTPUT_TOKENS),
     ("cachedReadTokens", GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS),
-    ("cachedWriteTokens", GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS),
+    ("cachedWriteTokens", GEN_AI_USAGE_CACHE_WRITE_INPUT_TOKENS),
     ("thoughtTokens", GEN_AI_USAGE_REASONING_OUTPUT_TOKENS),
     ("totalTokens", ACP_USAGE_TOTAL_TOKENS),
 )
@@ -131,7 +133,32 @@ METRIC_SERVER_OPERATION_DURATION = "acp.server.operation.duration"
 METRIC_INVOKE_AGENT_DURATION = "gen_ai.invoke_agent.duration"
 METRIC_EXECUTE_TOOL_DURATION = "gen_ai.execute_tool.duration"
 METRIC_TIME_TO_FIRST_CHUNK = "acp.turn.time_to_first_chunk"
-METRIC_TOKEN_USAGE = "gen_ai.client.token.usage"
+
+# ------------------------------------------------------- usage, cost, context window, content
+
+# Token and cost counters of a turn. The GenAI conventions replaced the gen_ai.client.token.usage histogram
+# with gen_ai.client.inference.* instruments, which describe one inference call (provider and model
+# required); a turn is many such calls, reported by the agent as totals: ACP names of our own.
+METRIC_TURN_INPUT_TOKENS = "acp.turn.usage.input_tokens"
+METRIC_TURN_OUTPUT_TOKENS = "acp.turn.usage.output_tokens"
+METRIC_TURN_COST = "acp.turn.usage.cost"
+# From usage_update session updates: the context window (last seen in the turn), the turn's cost.
+USAGE_UPDATE = "usage_update"
+ACP_USAGE_CONTEXT_USED = "acp.usage.context.used"
+ACP_USAGE_CONTEXT_SIZE = "acp.usage.context.size"
+ACP_USAGE_COST_AMOUNT = "acp.usage.cost.amount"
+ACP_USAGE_COST_CURRENCY = "acp.usage.cost.currency"
+# Content of a turn (only with capture_content): the GenAI opt-in messages (JSON) and OpenInference's
+# input/output values (plain text), which Phoenix and Langfuse show on an agent span.
+GEN_AI_INPUT_MESSAGES = "gen_ai.input.messages"
+GEN_AI_OUTPUT_MESSAGES = "gen_ai.output.messages"
+INPUT_VALUE = "input.value"
+INPUT_MIME_TYPE = "input.mime_type"
+OUTPUT_VALUE = "output.value"
+OUTPUT_MIME_TYPE = "output.mime_type"
+TEXT_PLAIN = "text/plain"
+# ACP stop reason -> GenAI finish reason (gen_ai.output.messages); others are kept as they are.
+FINISH_REASONS = {"end_turn": "stop", "max_tokens": "length", "refusal": "content_filter"}
 
 # Standard ACP methods (v1 and the v2 draft): kept as they are in metric attributes.
 STANDARD_METHODS = frozenset(

@@ -26,12 +26,15 @@ ENV_INJECT = "OTEL_PYTHON_ACP_INJECT"
 ENV_INJECT_EXCLUDED_METHODS = "OTEL_PYTHON_ACP_INJECT_EXCLUDED_METHODS"
 ENV_FLUSH_ON_EXIT = "OTEL_PYTHON_ACP_FLUSH_ON_EXIT"
 ENV_TOOL_SPANS = "OTEL_PYTHON_ACP_TOOL_SPANS"
+ENV_USAGE = "OTEL_PYTHON_ACP_USAGE"
 
 # turn: session/update inside a turn has no span (counted / events on the turn or tool span);
 # all: a span per notification; events: an event per session/update on the turn; none: no notification spans.
 NOTIFICATION_SPAN_MODES = ("turn", "all", "none", "events")
 # auto: the side closest to the tool makes tool spans; always / never override.
 TOOL_SPAN_MODES = ("auto", "always", "never")
+# auto: the side closest to the agent reports token usage, cost and context window; always / never override.
+USAGE_MODES = ("auto", "always", "never")
 
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
@@ -84,6 +87,7 @@ class Settings:
     inject: bool = True
     inject_excluded_methods: MethodMatcher = field(default_factory=MethodMatcher)
     flush_on_exit: bool = True
+    usage: str = "auto"
 
 
 def _parse_bool(name: str, value: Any, default: bool) -> bool:
@@ -149,6 +153,7 @@ _OPTIONS: dict[str, tuple[str, Any]] = {
     "inject": (ENV_INJECT, _parse_bool),
     "inject_excluded_methods": (ENV_INJECT_EXCLUDED_METHODS, lambda n, v, d: _parse_methods(n, v)),
     "flush_on_exit": (ENV_FLUSH_ON_EXIT, _parse_bool),
+    "usage": (ENV_USAGE, lambda n, v, d: _parse_choice(n, v, d, USAGE_MODES)),
 }
 
 

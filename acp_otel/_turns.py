@@ -10,6 +10,8 @@ every call.
 from __future__ import annotations
 
 import json
+import logging
+import math
 import time
 from typing import Any
 
@@ -17,9 +19,12 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
+from . import _content as content
 from . import _semconv as sc
 from ._metrics import Instruments
 from ._settings import Settings
+
+_log = logging.getLogger("acp_otel")
 
 # A hostile agent can invent endless tool call ids: at most this many open per turn, and this many
 # finished ids remembered (so that an update after completed/failed does not open a second span).
@@ -30,7 +35,14 @@ _MAX_NAME = 128  # characters of a tool name kept in span names and attributes
 _CHUNK_ATTRIBUTES = {kind: sc.ACP_TURN_CHUNK_COUNT_PREFIX + kind for kind in sc.CHUNK_KINDS}
 _TOOL_UPDATES = frozenset(("tool_call", "tool_call_update"))
 _FINAL_STATUSES = frozenset(("completed", "failed"))
-_TOKEN_TYPES = ((sc.GEN_AI_USAGE_INPUT_TOKENS, "input"), (sc.GEN_AI_USAGE_OUTPUT_TOKENS, "output"))
+_USAGE_UPDATE = sc.USAGE_UPDATE
+
+# Usage and cost (usage_update): values outside these bounds are ignored, never recorded.
+_MAX_INT = 2**63  # an OTel int attribute is 64-bit
+MAX_COST = 1e12  # a cumulative cost beyond a trillion currency units is not a real figure
+_MAX_CURRENCY = 16  # characters (ISO 4217 codes are 3)
+# Sessions whose last cumulative cost is remembered per connection (the oldest goes first).
+MAX_COST_SESSIONS = 1024
 
 
 def truncate(value: Any, limit: int) -> str:
@@ -66,12 +78,20 @@ class Turn:
         "agent",
         "chunks",
         "closed_tools",
+        "context_size",
+        "context_used",
+        "cost",
+        "costs",
+        "currency",
         "dropped",
         "ended",
         "error_type",
         "events",
         "first_chunk",
+        "output",
+        "output_len",
         "own_span",
+        "reports_usage",
         "request",
         "session_id",
         "span",
@@ -104,6 +124,17 @@ class Turn:
         self.usage: dict[str, int] | None = None
         self.ended = False
         self.request: Any = None  # v1: the engine's call for the session/prompt span (the turn)
+        # Usage, cost and context window: reported on this side's span and metrics only when it is the side
+        # closest to the agent (the usage option; the engine clears it when the agent proves traced).
+        self.reports_usage = True
+        self.context_used: int | None = None
+        self.context_size: int | None = None
+        self.cost: float | None = None  # the turn's cost: the change of the session's cumulative cost
+        self.currency: str | None = None
+        self.costs: dict[str, tuple[float, str]] | None = None  # the connection's last cumulative cost per session
+        # The streamed agent text, kept only with capture_content and at most capture_content_max_length long.
+        self.output: list[str] | None = None
+        self.output_len = 0
 
     @property
     def context(self) -> Context:
@@ -132,17 +163,34 @@ class TurnLayer:
         self._capture = settings.capture_content
         self._max_len = settings.capture_content_max_length
         self._max_events = settings.max_events_per_span
+        self._usage = settings.usage
 
     # ------------------------------------------------------------------ turns
 
-    def start(self, request_span: Span | None, parent: Context, session_id: str, facts: dict[str, Any]) -> Turn:
+    def start(
+        self,
+        request_span: Span | None,
+        parent: Context,
+        session_id: str,
+        facts: dict[str, Any],
+        *,
+        agent_traced: bool = False,
+        costs: dict[str, tuple[float, str]] | None = None,
+        params: Any = None,
+    ) -> Turn:
         """A turn for a session/prompt: its ``request_span`` (ACP v1, started under ``parent``), or, when
         ``request_span`` is None (ACP v2, where ``session/prompt`` answers when the prompt is accepted), an
         INTERNAL span ``invoke_agent [agent]`` of its own under ``parent``, ending at the ``idle`` state.
+
+        ``agent_traced``: the agent's messages on this connection carried trace context (so it reports its
+        own usage); ``costs``: the connection's last cumulative cost per session; ``params``: the prompt's
+        (its content is recorded only with ``capture_content``).
         """
         agent = facts.get(sc.ACP_AGENT_NAME)
         if request_span is not None:
-            return Turn(request_span, parent, session_id, False, agent)
+            turn = Turn(request_span, parent, session_id, False, agent)
+            self._begin(turn, agent_traced, costs, params)
+            return turn
         attributes: dict[str, Any] = {
             sc.GEN_AI_OPERATION_NAME: sc.INVOKE_AGENT,
             sc.ACP_SESSION_ID: session_id,
@@ -152,7 +200,39 @@ class TurnLayer:
         agent_attributes(attributes, facts)
         name = f"{sc.ACP_TURN_SPAN_NAME} {agent}" if type(agent) is str else sc.ACP_TURN_SPAN_NAME
         span = self._tracer.start_span(name, context=parent, kind=SpanKind.INTERNAL, attributes=attributes)
-        return Turn(span, parent, session_id, True, agent)
+        turn = Turn(span, parent, session_id, True, agent)
+        self._begin(turn, agent_traced, costs, params)
+        return turn
+
+    def _begin(self, turn: Turn, agent_traced: bool, costs: dict[str, tuple[float, str]] | None, params: Any) -> None:
+        mode = self._usage
+        turn.reports_usage = mode == "always" or (mode == "auto" and not agent_traced)
+        turn.costs = costs
+        if self._capture:
+            turn.output = []
+            if turn.span.is_recording():
+                try:  # whatever the prompt holds, the turn keeps its span
+                    self._input_attributes(turn.span, params)
+                except Exception:
+                    _log.debug("acp_otel: failed to record the prompt's content", exc_info=True)
+
+    def _input_attributes(self, span: Span, params: Any) -> None:
+        prompt = params.get("prompt") if type(params) is dict else None
+        parts = content.prompt_parts(prompt)
+        limit = self._max_len
+        text = content.parts_text(parts, limit)  # first: messages_json shortens the parts it fits
+        span.set_attributes(
+            {
+                sc.GEN_AI_INPUT_MESSAGES: content.messages_json([{"role": "user", "parts": parts}], limit),
+                sc.INPUT_VALUE: text,
+                sc.INPUT_MIME_TYPE: sc.TEXT_PLAIN,
+            }
+        )
+
+    def agent_traced(self, turn: Turn) -> None:
+        """A message of the agent's arrived with trace context: the traced agent reports the turn's usage."""
+        if self._usage == "auto":
+            turn.reports_usage = False
 
     def end(self, turn: Turn, ended_by: str | None = None, timed: bool | None = None) -> None:
         """End the turn's open tool calls (marked), annotate the turn span, record the turn metrics.
@@ -180,6 +260,10 @@ class TurnLayer:
                 attributes[sc.ACP_TURN_ENDED_BY] = ended_by
             if not turn.own_span and turn.stop_reason is not None:  # v1: the engine left it to this batch
                 attributes[sc.ACP_STOP_REASON] = turn.stop_reason
+            if turn.reports_usage:
+                self._usage_attributes(turn, attributes)
+            if turn.output is not None:
+                self._output_attributes(turn, attributes, ended_by)
             span.set_attributes(attributes)
         instruments = self._instruments
         if timed is None:
@@ -189,16 +273,41 @@ class TurnLayer:
             if turn.first_chunk is not None:
                 first_chunk = turn.first_chunk - turn.started
                 instruments.first_chunk.record(first_chunk, instruments.agent_only_attributes(agent))
-            usage = turn.usage
-            if usage:
-                for attribute, token_type in _TOKEN_TYPES:
-                    tokens = usage.get(attribute)
+            if turn.reports_usage:
+                usage = turn.usage
+                if usage:
+                    tokens = usage.get(sc.GEN_AI_USAGE_INPUT_TOKENS)
                     if tokens is not None:
-                        instruments.token_usage.record(tokens, instruments.agent_only_attributes(agent, token_type))
+                        instruments.input_tokens.add(tokens, instruments.agent_only_attributes(agent))
+                    tokens = usage.get(sc.GEN_AI_USAGE_OUTPUT_TOKENS)
+                    if tokens is not None:
+                        instruments.output_tokens.add(tokens, instruments.agent_only_attributes(agent))
+                if turn.cost is not None and turn.currency is not None:
+                    instruments.cost.add(turn.cost, instruments.cost_attributes(agent, turn.currency))
             turn_attributes = instruments.turn_attributes(agent, turn.stop_reason, turn.error_type)
             instruments.turn_duration.record(now - turn.started, turn_attributes)
         if turn.own_span:
             span.end()
+
+    @staticmethod
+    def _usage_attributes(turn: Turn, attributes: dict[str, Any]) -> None:
+        if turn.usage:
+            attributes.update(turn.usage)
+        if turn.context_used is not None:
+            attributes[sc.ACP_USAGE_CONTEXT_USED] = turn.context_used
+        if turn.context_size is not None:
+            attributes[sc.ACP_USAGE_CONTEXT_SIZE] = turn.context_size
+        if turn.cost is not None and turn.currency is not None:
+            attributes[sc.ACP_USAGE_COST_AMOUNT] = turn.cost
+            attributes[sc.ACP_USAGE_COST_CURRENCY] = turn.currency
+
+    def _output_attributes(self, turn: Turn, attributes: dict[str, Any], ended_by: str | None) -> None:
+        text = "".join(turn.output or ())
+        failed = turn.error_type is not None or ended_by is not None
+        message = content.output_message(text, turn.stop_reason, failed)
+        attributes[sc.GEN_AI_OUTPUT_MESSAGES] = content.messages_json([message], self._max_len)
+        attributes[sc.OUTPUT_VALUE] = text
+        attributes[sc.OUTPUT_MIME_TYPE] = sc.TEXT_PLAIN
 
     def end_tools(self, turn: Turn, ended_by: str) -> None:
         """End the turn's open tool calls, marked ``acp.tool_call.ended_by = ended_by`` (not an error)."""
@@ -220,6 +329,8 @@ class TurnLayer:
             turn.chunks[kind] = turn.chunks.get(kind, 0) + 1
             if turn.first_chunk is None and kind in sc.AGENT_CHUNK_KINDS:
                 turn.first_chunk = time.monotonic()
+            if turn.output is not None and kind == "agent_message_chunk":
+                self._keep_text(turn, update)
             if self._all_events:
                 self._turn_event(turn, update, params)
             return None
@@ -230,12 +341,65 @@ class TurnLayer:
                 self._turn_event(turn, update, params)  # no tool span on this side: keep the fact on the turn
         elif self._all_events or self._turn_events:
             self._turn_event(turn, update, params)
+        if kind == _USAGE_UPDATE:
+            self._usage_update(turn, update)
         if kind == sc.V2_STATE_UPDATE and turn.own_span:
             state = update.get("state")
             if state == "idle":
                 self.take_result(turn, update)
                 self.end(turn)
         return context
+
+    def _keep_text(self, turn: Turn, update: dict[str, Any]) -> None:
+        """Keep an agent message chunk's text (capture_content), up to the max length in all."""
+        room = self._max_len - turn.output_len
+        block = update.get("content")
+        if room > 0 and type(block) is dict and block.get("type") == "text":
+            text = block.get("text")
+            if type(text) is str and text:
+                text = text[:room]
+                assert turn.output is not None
+                turn.output.append(text)
+                turn.output_len += len(text)
+
+    def _usage_update(self, turn: Turn, update: dict[str, Any]) -> None:
+        """A ``usage_update``: the context window (last seen), and the session's cumulative cost."""
+        used = update.get("used")
+        if type(used) is int and 0 <= used < _MAX_INT:
+            turn.context_used = used
+        size = update.get("size")
+        if type(size) is int and 0 <= size < _MAX_INT:
+            turn.context_size = size
+        cost = update.get("cost")
+        if type(cost) is not dict:
+            return
+        value = cost.get("amount")
+        currency = cost.get("currency")
+        if type(value) is not int and type(value) is not float:  # not bool, not a string
+            return
+        if not 0 <= value <= MAX_COST:  # negative, huge (2**70), NaN: ignored
+            return
+        if type(currency) is not str or not 0 < len(currency) <= _MAX_CURRENCY:
+            return
+        amount = float(value)
+        if not math.isfinite(amount):
+            return
+        costs = turn.costs
+        previous = costs.get(turn.session_id) if costs is not None else None
+        if previous is None or previous[1] != currency or amount < previous[0]:
+            # The session's first figure on this connection, a new currency, or a reset: counted from zero.
+            spent = amount
+        else:
+            spent = amount - previous[0]
+        if turn.cost is None or turn.currency != currency:
+            turn.cost, turn.currency = spent, currency
+        else:
+            turn.cost += spent
+        turn.cost = round(turn.cost, 12)  # float subtraction noise (0.3 - 0.1)
+        if costs is not None:
+            if turn.session_id not in costs and len(costs) >= MAX_COST_SESSIONS:
+                del costs[next(iter(costs))]
+            costs[turn.session_id] = (amount, currency)
 
     def _turn_event(self, turn: Turn, update: dict[str, Any], params: Any) -> None:
         if turn.events >= self._max_events:
@@ -270,7 +434,7 @@ class TurnLayer:
         tokens: dict[str, int] = {}
         for key, attribute in sc.USAGE_ATTRIBUTES:
             value = usage.get(key)
-            if type(value) is int and 0 <= value < 2**63:  # an OTel int attribute is 64-bit
+            if type(value) is int and 0 <= value < _MAX_INT:
                 tokens[attribute] = value
         if not tokens:
             return
@@ -278,8 +442,6 @@ class TurnLayer:
             turn.usage = tokens
         else:
             turn.usage.update(tokens)
-        if span.is_recording():
-            span.set_attributes(turn.usage)
 
     # ------------------------------------------------------------- tool calls
 

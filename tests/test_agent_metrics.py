@@ -97,8 +97,11 @@ async def test_metrics_read_back(
     assert tools["_OTHER"].attributes["acp.tool_call.status"] == "pending"  # ended with the turn
     assert all(pt.count == 1 for pt in tools.values())
 
-    tokens = {pt.attributes["gen_ai.token.type"]: pt for pt in points["gen_ai.client.token.usage"]}
-    assert tokens["input"].sum == 2 * 120 and tokens["output"].sum == 2 * 34
+    # Token counters: recorded once across the two sides (by the traced agent's side), agent name only.
+    (inputs,) = points["acp.turn.usage.input_tokens"]
+    (outputs,) = points["acp.turn.usage.output_tokens"]
+    assert (inputs.value, outputs.value) == (120, 34)
+    assert dict(inputs.attributes) == dict(outputs.attributes) == {"gen_ai.agent.name": "test-agent"}
 
     # No ids and no content in any metric attribute.
     text = repr([dict(pt.attributes) for pts in points.values() for pt in pts])
@@ -169,7 +172,8 @@ async def test_records_start_when_a_provider_is_set_behind_the_proxy(
         prompts = [pt for pt in points[name] if pt.attributes["acp.method.name"] == "session/prompt"]
         assert [pt.count for pt in prompts] == [1], name
     assert {pt.attributes["acp.tool_call.status"] for pt in points["gen_ai.execute_tool.duration"]} >= {"completed"}
-    assert sum(pt.count for pt in points["gen_ai.client.token.usage"]) == 2 * 2  # input and output, both sides
+    # the second turn's tokens, once (the agent's side)
+    assert [pt.value for pt in points["acp.turn.usage.input_tokens"]] == [USAGE["inputTokens"]]
 
 
 class _MetricsReceiver(http.server.ThreadingHTTPServer):
@@ -235,7 +239,8 @@ async def test_metrics_exported_over_otlp_to_loopback(instrument: Any, pair: Any
         "gen_ai.invoke_agent.duration",
         "gen_ai.execute_tool.duration",
         "acp.turn.time_to_first_chunk",
-        "gen_ai.client.token.usage",
+        "acp.turn.usage.input_tokens",
+        "acp.turn.usage.output_tokens",
     } <= set(received)
     turn = received["gen_ai.invoke_agent.duration"]
     assert turn.unit == "s"

@@ -69,7 +69,7 @@ async def test_traced_agent_and_client_one_tool_span(
     assert not [s for s in client_spans if s.name.startswith("execute_tool")]
     tools = [r for r in agent_spans if r["name"].startswith("execute_tool")]
     assert [t["name"] for t in tools] == ["execute_tool read"]
-    agent_turn = next(r for r in agent_spans if r["name"] == "session/prompt")
+    agent_turn = next(r for r in agent_spans if r["attributes"].get("acp.method.name") == "session/prompt")
     assert tools[0]["parent_id"] == agent_turn["span_id"]
     # the agent's permission request under its tool span; the client's handling under that request
     out = next(r for r in agent_spans if r["name"] == "session/request_permission")

@@ -90,7 +90,9 @@ async def test_attributes(instrument: Any, exporter: Any, pair: Any) -> None:
     for span in spans:
         attrs = span.attributes
         assert attrs["rpc.system.name"] == "jsonrpc"
-        assert attrs["acp.method.name"] == span.name
+        # a v1 turn is named "{method} {agent name}"; every other span by its method
+        turn = attrs["acp.method.name"] == "session/prompt"
+        assert span.name == (f"session/prompt {attrs['gen_ai.agent.name']}" if turn else attrs["acp.method.name"])
         if span.kind in (C, S):
             assert isinstance(attrs["jsonrpc.request.id"], str)
         else:
@@ -120,7 +122,7 @@ async def test_attributes(instrument: Any, exporter: Any, pair: Any) -> None:
         assert "gen_ai.conversation.id" not in span.attributes
     assert one(spans, "session/prompt", C).attributes["acp.stop_reason"] == "end_turn"
     assert one(spans, "session/prompt", S).attributes["acp.stop_reason"] == "end_turn"
-    kinds = [s.attributes["acp.session.update"] for s in find(spans, "session/update", P)]
+    kinds = [s.attributes["acp.session.update.kind"] for s in find(spans, "session/update", P)]
     assert sorted(kinds) == ["agent_message_chunk", "agent_message_chunk", "tool_call", "tool_call_update"]
     tool = [s.attributes for s in find(spans, "session/update", N) if "acp.tool_call.id" in s.attributes]
     assert sorted((a["acp.tool_call.id"], a["acp.tool_call.status"]) for a in tool) == [
@@ -128,9 +130,9 @@ async def test_attributes(instrument: Any, exporter: Any, pair: Any) -> None:
         ("call-1", "pending"),
     ]
     for span in find(spans, "_test.dev/echo") + find(spans, "_test.dev/note"):
-        assert span.attributes["acp.extension"] is True
+        assert span.attributes["acp.method.extension"] is True
         assert span.attributes["acp.extension.namespace"] == "test.dev"
-    assert "acp.extension" not in one(spans, "session/prompt", C).attributes
+    assert "acp.method.extension" not in one(spans, "session/prompt", C).attributes
 
 
 async def test_error_response_on_both_sides(instrument: Any, exporter: Any, pair: Any) -> None:

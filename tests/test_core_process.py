@@ -32,7 +32,8 @@ def _read(span_file: Path) -> list[dict[str, Any]]:
 
 
 def _by(records: list[dict[str, Any]], name: str, kind: str) -> dict[str, Any]:
-    found = [r for r in records if r["name"] == name and r["kind"] == kind]
+    # a method name also finds its "{method} {target}" spans (a v1 turn is named after its agent)
+    found = [r for r in records if name in (r["name"], r["attributes"].get("acp.method.name")) and r["kind"] == kind]
     assert len(found) == 1, (name, kind, found)
     return found[0]
 

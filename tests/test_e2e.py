@@ -298,7 +298,9 @@ async def test_explicit_service_name_wins(
     spawns = [s for s in exporter.get_finished_spans() if s.name == "acp.spawn"]
     assert sorted(s.attributes["process.pid"] for s in spawns) == sorted(pids.values())
     # The agent's spans continue the client's trace (the client runs in this process).
-    client_prompts = [s for s in exporter.get_finished_spans() if s.name == "session/prompt"]
+    client_prompts = [
+        s for s in exporter.get_finished_spans() if s.attributes.get("acp.method.name") == "session/prompt"
+    ]
     server_prompts = find(receiver.spans(), "session/prompt", "SERVER")
     assert {f"{s.get_span_context().span_id:016x}" for s in client_prompts} == {
         s.parent_span_id for s in server_prompts
@@ -359,7 +361,9 @@ async def test_sigterm_right_after_the_turn_loses_no_spans(
             await proc.wait()
     assert returncode == -15
     spans = await asyncio.to_thread(grpc_receiver.wait_for, has_span("session/prompt", "SERVER", "terminated-agent"), 5)
-    assert {"initialize", "session/new", "session/prompt", "execute_tool search"} <= {s.name for s in spans}
+    assert {"initialize", "session/new", "session/prompt", "execute_tool search"} <= {
+        s.attributes.get("acp.method.name", s.name) for s in spans
+    }
 
 
 @EXAMPLES_IMPORT
@@ -387,7 +391,9 @@ async def test_end_of_input_flushes_before_exit(
         proc.stdin.close()
         spans = await asyncio.to_thread(receiver.wait_for, has_span("session/prompt", "SERVER", "lingering-agent"), 5)
         assert proc.returncode is None  # still running: the flush at end of input delivered them
-        assert {"initialize", "session/new", "session/prompt"} <= {s.name for s in spans}
+        assert {"initialize", "session/new", "session/prompt"} <= {
+            s.attributes.get("acp.method.name", s.name) for s in spans
+        }
     finally:
         await conn.close()
         if proc.returncode is None:

@@ -49,6 +49,9 @@ class _Meter:
     def create_histogram(self, *args: Any, **kwargs: Any) -> _Recorder:
         return _Recorder()
 
+    def create_counter(self, *args: Any, **kwargs: Any) -> _Recorder:
+        return _Recorder()
+
 
 def test_cached_metric_attributes_are_bounded_like_fresh_ones() -> None:
     instruments = Instruments(_Meter())  # type: ignore[arg-type]
@@ -72,9 +75,12 @@ def test_cached_metric_attributes_are_bounded_like_fresh_ones() -> None:
         "acp.tool_call.kind": "_OTHER",
         "acp.tool_call.status": "_OTHER",
     }
-    assert instruments.agent_only_attributes("agent-1", "input") == {
+    assert instruments.agent_only_attributes("agent-1") == {"gen_ai.agent.name": "agent-1"}
+    currencies = [instruments.cost_attributes("agent-1", f"C{i}")["acp.usage.cost.currency"] for i in range(10)]
+    assert currencies == [f"C{i}" for i in range(8)] + ["_OTHER"] * 2
+    assert instruments.cost_attributes("agent-1", "C3") == {
         "gen_ai.agent.name": "agent-1",
-        "gen_ai.token.type": "input",
+        "acp.usage.cost.currency": "C3",
     }
     assert instruments.request_attributes("session/prompt", "-32603") == {
         "acp.method.name": "session/prompt",

@@ -54,7 +54,7 @@ async def test_all_is_a_span_per_notification(instrument: Any, exporter: Any, pa
     # chunks under the turn; the tool call's updates under its tool span
     assert [parent_of(s) for s in producers] == [span_id(server_prompt)] * 2 + [span_id(tool)] * 2
     assert sorted(parent_of(s) for s in consumers) == sorted(span_id(s) for s in producers)
-    assert [s.attributes["acp.session.update"] for s in producers] == [
+    assert [s.attributes["acp.session.update.kind"] for s in producers] == [
         "agent_message_chunk",
         "agent_message_chunk",
         "tool_call",
@@ -110,7 +110,7 @@ async def test_events_on_the_prompt_span_of_each_side(instrument: Any, exporter:
     for kind in (C, S):
         prompt_span = one(spans, "session/prompt", kind)
         events = _update_events(prompt_span)
-        assert [e.attributes["acp.session.update"] for e in events] == [
+        assert [e.attributes["acp.session.update.kind"] for e in events] == [
             "agent_message_chunk",
             "agent_message_chunk",
             "tool_call",
@@ -150,7 +150,7 @@ async def test_events_bounded_by_max_events_per_span(instrument: Any, exporter: 
     for kind in (C, S):
         prompt_span = one(spans, "session/prompt", kind)
         events = _update_events(prompt_span)
-        assert [e.attributes["acp.session.update"] for e in events] == [
+        assert [e.attributes["acp.session.update.kind"] for e in events] == [
             "agent_message_chunk",
             "agent_message_chunk",
             "tool_call",

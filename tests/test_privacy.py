@@ -31,7 +31,14 @@ CONTENT_ATTRIBUTES = (
     "acp.tool_call.locations",
     "gen_ai.tool.call.arguments",
     "gen_ai.tool.call.result",
+    # turn spans: the GenAI messages and OpenInference's input / output values
+    "gen_ai.input.messages",
+    "gen_ai.output.messages",
+    "input.value",
+    "output.value",
 )
+# Recorded only with the content they describe.
+CAPTURE_ONLY_ATTRIBUTES = ("input.mime_type", "output.mime_type")
 
 
 async def _turns(pair: Any) -> None:
@@ -56,13 +63,15 @@ async def test_default_records_no_content(mode: str, instrument: Any, pair: Any,
     spans = exporter.get_finished_spans()
     assert len(spans) > 15
     names = {"session/prompt", "execute_tool read", "fs/read_text_file", "session/request_permission"}
-    assert names | ({"session/update"} if mode == "all" else set()) <= {s.name for s in spans}
+    methods = {s.name for s in spans} | {s.attributes.get("acp.method.name") for s in spans}
+    assert names | ({"session/update"} if mode == "all" else set()) <= methods
     leaks = [leak for span in spans for leak in _leaks(span_strings(span), APP_CONTENT)]
     assert not leaks, leaks
     for span in spans:
-        assert not set(CONTENT_ATTRIBUTES) & set(span.attributes or {}), span.name
+        assert not set(CONTENT_ATTRIBUTES + CAPTURE_ONLY_ATTRIBUTES) & set(span.attributes or {}), span.name
     # Errors are still visible, without their text or data.
-    failed = [s for s in spans if s.name == "session/prompt" and s.status.status_code.name == "ERROR"]
+    prompts = [s for s in spans if s.attributes.get("acp.method.name") == "session/prompt"]
+    failed = [s for s in prompts if s.status.status_code.name == "ERROR"]
     assert len(failed) == 4  # two failing turns, each seen by the CLIENT and the SERVER span
     assert {s.attributes["error.type"] for s in failed if s.kind.name == "SERVER"} == {"ValueError", "-32602"}
 
@@ -82,6 +91,22 @@ async def test_capture_content_is_truncated(limit: int, instrument: Any, pair: A
                 assert isinstance(value, str) and len(value) <= limit, (span.name, key, len(value))
                 captured.append(value)
     assert captured
+    turns = [s for s in spans if s.attributes.get("gen_ai.operation.name") == "invoke_agent"]
+    assert len(turns) == 6  # three turns, each on the editor's and the agent's side: each shows its own view
+    for turn in turns:
+        a = turn.attributes
+        assert {a["input.mime_type"], a["output.mime_type"]} == {"text/plain"}
+        assert PROMPT_WORDS[: limit - 9] in a["input.value"]  # after "rpcerror ", the longest prefix
+        if limit >= 1000:  # whole: valid JSON in the conventions' message shape
+            (message,) = json.loads(a["gen_ai.input.messages"])
+            assert message["role"] == "user" and message["parts"][0]["type"] == "text"
+            assert PROMPT_WORDS in message["parts"][0]["content"]
+            (answer,) = json.loads(a["gen_ai.output.messages"])
+            assert answer["role"] == "assistant" and answer["finish_reason"] in ("stop", "error")
+    (tool,) = [s for s in spans if (s.attributes or {}).get("gen_ai.operation.name") == "execute_tool"]
+    assert 0 < len(tool.attributes["gen_ai.tool.call.arguments"]) <= limit  # rawInput, as the others
+    answered = [t for t in turns if t.attributes["output.value"]]
+    assert len(answered) == 2 and all(SECRET[: max(0, limit - 6)] in t.attributes["output.value"] for t in answered)
     joined = "\n".join(captured)
     if limit >= 1000:  # everything fits: the content is there, whole
         for text in (SECRET, FILE_BODY, PROMPT_WORDS, SECRET_PATH, f"Read {SECRET}", "Allow once"):

@@ -51,8 +51,8 @@ def test_editor_end_of_input_closes_agent_stdin_and_status_is_passed_on(tmp_path
     assert proc.returncode == 5 and out == b"" and err == b""
     assert b'"session/prompt"' in (tmp_path / "rec").read_bytes()  # the agent read it all, then saw EOF
     # The request was never answered: its span ends with the agent's exit, as an error.
-    spans = sink.wait_for(lambda s: any(x.name == "session/prompt" for x in s))
-    (span,) = [s for s in spans if s.name == "session/prompt"]
+    spans = sink.wait_for(lambda s: any(x.attributes.get("acp.method.name") == "session/prompt" for x in s))
+    (span,) = [s for s in spans if s.attributes.get("acp.method.name") == "session/prompt"]
     assert span.status == "ERROR" and span.attributes["error.type"] == "AgentExited"
     assert span.description == "agent exited with status 5"
 
@@ -78,8 +78,8 @@ async def test_agent_dies_mid_request(sink: OtlpSink) -> None:
         with pytest.raises(Exception):  # noqa: B017
             await asyncio.wait_for(prompt(run.conn, session_id, "exit now"), 10)
     assert run.returncode == 3
-    spans = sink.wait_for(lambda s: any(x.name == "session/prompt" for x in s))
-    (turn,) = [s for s in spans if s.name == "session/prompt"]
+    spans = sink.wait_for(lambda s: any(x.attributes.get("acp.method.name") == "session/prompt" for x in s))
+    (turn,) = [s for s in spans if s.attributes.get("acp.method.name") == "session/prompt"]
     assert turn.status == "ERROR" and turn.attributes["error.type"] == "AgentExited"
 
 
@@ -92,8 +92,10 @@ def test_agent_killed_by_a_signal_kills_the_proxy_with_it(tmp_path: Path, sink: 
     proc = start(agent, base_env(**sink.env()))
     out, err = proc.communicate(REQUEST, timeout=30)
     assert proc.returncode == -signal.SIGKILL and out == b"" and err == b""
-    spans = sink.wait_for(lambda s: any(x.name == "session/prompt" for x in s))
-    assert [s.description for s in spans if s.name == "session/prompt"] == ["agent exited with signal 9"]
+    spans = sink.wait_for(lambda s: any(x.attributes.get("acp.method.name") == "session/prompt" for x in s))
+    assert [s.description for s in spans if s.attributes.get("acp.method.name") == "session/prompt"] == [
+        "agent exited with signal 9"
+    ]
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])

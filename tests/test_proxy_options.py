@@ -70,9 +70,9 @@ def test_capture_content_and_notification_spans_flags_reach_the_spans(tmp_path: 
             timeout=60,
             env=base_env(**sink.env()),
         )
-        spans = sink.wait_for(lambda s: any(x.name == "session/prompt" for x in s))
+        spans = sink.wait_for(lambda s: any(x.attributes.get("acp.method.name") == "session/prompt" for x in s))
     assert proc.returncode == 0
-    (turn,) = [s for s in spans if s.name == "session/prompt"]
+    (turn,) = [s for s in spans if s.attributes.get("acp.method.name") == "session/prompt"]
     assert "CAPTURED-PROMPT" in repr(turn.attributes)
     assert not [s for s in spans if s.kind == "PRODUCER"]
 

@@ -2,10 +2,10 @@
 
 Example output (``width=100``; the agent's service name ``agent`` comes from ``python agent.py``)::
 
-    span                      service            kind     duration 0 ms                         52.10 ms
-    session/prompt            acp-example-client CLIENT   52.10 ms █████████████████████████████████████
-    └─ session/prompt         agent              SERVER   50.00 ms ████████████████████████████████████
-       └─ ✗ fs/read_text_file acp-example-client SERVER    2.10 ms     █
+    span                                   service            kind     duration 0 ms            52.10 ms
+    session/prompt example-agent           acp-example-client CLIENT   52.10 ms ████████████████████████
+    └─ session/prompt example-agent        agent              SERVER   50.00 ms ███████████████████████
+       └─ ✗ fs/read_text_file              acp-example-client SERVER    2.10 ms   █
              ✗ file not found
 """
 

@@ -240,7 +240,33 @@ async def prompt(conn: Any, session_id: str, text: str) -> Any:
     return await conn.prompt(session_id=session_id, prompt=[{"type": "text", "text": text}])
 
 
-AGENTS = {"trace": TraceAgent, "nokwargs": NoKwargsAgent}
+class UsageAgent(TraceAgent):
+    """Reports usage as model-backed agents do: a ``usage_update`` (context window; the session's cumulative
+    cost, which the prompt sets with ``cost=<amount>``, ``currency=<code>``, ``used=<tokens>``) and token
+    ``usage`` in the result (``in=<tokens>``)."""
+
+    async def prompt(self, prompt: Any, session_id: str, **kwargs: Any) -> dict[str, Any]:
+        words = dict(word.split("=", 1) for word in _text_of(prompt).split() if "=" in word)
+        update = {
+            "sessionUpdate": "usage_update",
+            "used": int(words.get("used", "1000")),
+            "size": 200000,
+            "cost": {"amount": float(words.get("cost", "0")), "currency": words.get("currency", "USD")},
+        }
+        # Raw: SDK releases whose schema predates usage_update would not build it.
+        await self.conn._conn.send_notification("session/update", {"sessionId": session_id, "update": update})
+        await self.conn.session_update(session_id=session_id, update=_chunk("ok"))
+        # A round trip to the client before answering: before 0.12 the client's SDK queues notifications behind
+        # the response it resolves at once, so updates sent just before it may be handled after the turn ended.
+        await self.conn.read_text_file(session_id=session_id, path="/tmp/usage.txt")
+        tokens = int(words.get("in", "120"))
+        return {
+            "stopReason": "end_turn",
+            "usage": {"inputTokens": tokens, "outputTokens": 34, "totalTokens": tokens + 34},
+        }
+
+
+AGENTS = {"trace": TraceAgent, "nokwargs": NoKwargsAgent, "usage": UsageAgent}
 
 
 def agent_main(argv: list[str]) -> None:

@@ -27,13 +27,27 @@ def service_of(span: Any) -> str | None:
     return name
 
 
+def _named(span: Any, name: str) -> bool:
+    """Called ``name``, or the span of method ``name`` named ``{method} {target}`` (a v1 turn: the agent)."""
+    if span.name == name:
+        return True
+    return span.name.startswith(name + " ") and (span.attributes or {}).get("acp.method.name") == name
+
+
+def name_of_method(span: Any) -> str:
+    """The method a ``{method} {target}`` span stands for; any other span's own name."""
+    method = (span.attributes or {}).get("acp.method.name")
+    return method if type(method) is str and span.name.startswith(method + " ") else span.name
+
+
 def find(spans: Iterable[Any], name: str, kind: SpanKind | str | None = None, service: str | None = None) -> list[Any]:
-    """Spans called ``name`` (of that ``kind`` and ``service`` when given)."""
+    """Spans called ``name`` (of that ``kind`` and ``service`` when given); a method name also finds its
+    ``{method} {target}`` spans."""
     want = None if kind is None else _kind_name(kind)
     return [
         s
         for s in spans
-        if s.name == name
+        if _named(s, name)
         and (want is None or _kind_name(s.kind) == want)
         and (service is None or service_of(s) == service)
     ]
@@ -118,6 +132,8 @@ class SpanCounter(SpanProcessor):
             self.started += 1
             self.open[span.context.span_id] = (span.name, span.kind.name)
             self.started_as[(span.name, span.kind.name)] += 1
+            if span.name != name_of_method(span):  # "{method} {target}" (a v1 turn): counted by method too
+                self.started_as[(name_of_method(span), span.kind.name)] += 1
 
     def on_end(self, span: Any) -> None:
         with self._lock:

@@ -1,0 +1,102 @@
+"""Captured content of a turn, in the shapes backends read: GenAI messages (JSON) and plain text.
+
+Used only when ``capture_content`` is on. ``gen_ai.input.messages`` / ``gen_ai.output.messages`` follow the
+GenAI conventions' message JSON schema (a list of ``{"role", "parts"}``; output messages also carry a
+``finish_reason``); ``input.value`` / ``output.value`` are OpenInference's plain text. Every value fits
+``limit`` characters: a JSON value is shortened inside its strings, so that it stays valid JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from . import _semconv as sc
+
+# Part keys whose strings may be shortened to make a message list fit its limit.
+_SHRINKABLE = ("content", "uri")
+
+
+def _modality(mime_type: Any) -> str:
+    if type(mime_type) is str:
+        head = mime_type.partition("/")[0]
+        if head in ("image", "audio", "video"):
+            return head
+    return "document"
+
+
+def _part(block: Any) -> dict[str, Any] | None:
+    """One ACP content block as a GenAI message part (``None`` for what is not a block)."""
+    if type(block) is not dict:
+        return None
+    kind = block.get("type")
+    if kind == "text":
+        text = block.get("text")
+        return {"type": "text", "content": text if type(text) is str else ""}
+    mime_type = block.get("mimeType")
+    if kind in ("image", "audio"):
+        part = {"type": "blob", "modality": kind, "content": str(block.get("data", ""))}
+    elif kind == "resource_link":
+        part = {"type": "uri", "modality": _modality(mime_type), "uri": str(block.get("uri", ""))}
+    elif kind == "resource":
+        resource = block.get("resource")
+        resource = resource if type(resource) is dict else {}
+        mime_type = resource.get("mimeType")
+        if type(resource.get("text")) is str:
+            return {"type": "text", "content": resource["text"]}
+        part = {"type": "blob", "modality": _modality(mime_type), "content": str(resource.get("blob", ""))}
+    else:
+        return {"type": kind if type(kind) is str else "unknown"}
+    if type(mime_type) is str:
+        part["mime_type"] = mime_type
+    return part
+
+
+def prompt_parts(prompt: Any) -> list[dict[str, Any]]:
+    """The GenAI parts of a ``session/prompt``'s content blocks."""
+    if type(prompt) is not list:
+        return []
+    return [part for part in map(_part, prompt) if part is not None]
+
+
+def parts_text(parts: list[dict[str, Any]], limit: int) -> str:
+    """The text parts joined by newlines, at most ``limit`` characters."""
+    text = "\n".join(p["content"] for p in parts if p.get("type") == "text" and type(p.get("content")) is str)
+    return text[:limit]
+
+
+def output_message(text: str, stop_reason: str | None, failed: bool) -> dict[str, Any]:
+    """The agent's streamed text as one GenAI output message."""
+    if stop_reason is not None:
+        reason = sc.FINISH_REASONS.get(stop_reason, stop_reason)
+    else:
+        reason = "error" if failed else "stop"
+    parts = [{"type": "text", "content": text}] if text else []
+    return {"role": "assistant", "parts": parts, "finish_reason": reason}
+
+
+def messages_json(messages: list[dict[str, Any]], limit: int) -> str:
+    """``messages`` as JSON of at most ``limit`` characters, shortening part strings (last first, in place).
+
+    Only when even the messages without their strings are longer than ``limit`` is the JSON cut itself.
+    """
+    strings = [
+        (part, key)
+        for message in messages
+        for part in message.get("parts", ())
+        for key in _SHRINKABLE
+        if type(part.get(key)) is str
+    ]
+    for part, key in strings:  # nothing longer than the whole limit survives anyway
+        if len(part[key]) > limit:
+            part[key] = part[key][:limit]
+    text = json.dumps(messages, ensure_ascii=False)
+    for part, key in reversed(strings):
+        excess = len(text) - limit
+        if excess <= 0:
+            return text
+        # Each character removed shortens the JSON by at least one (escapes by more).
+        value = part[key]
+        part[key] = value[: max(0, len(value) - excess)]
+        text = json.dumps(messages, ensure_ascii=False)
+    return text if len(text) <= limit else text[:limit]
