@@ -238,7 +238,7 @@ def test_sigkilled_proxy_takes_the_agent_with_it(mark: str) -> None:
 def test_agent_exit_ends_the_proxy_while_its_child_holds_stdout(mark: str) -> None:
     """The agent prints a line and exits 3, leaving a child that holds its stdout and writes again later: the
     proxy relays the line, exits 3 without waiting for end of file, and is gone before the late write."""
-    agent = ["sh", "-c", "(sleep 1.5; echo late-output) & echo '{\"jsonrpc\":\"2.0\",\"method\":\"bye\"}'; exit 3"]
+    agent = ["sh", "-c", '(sleep 1.5; echo late-output) & echo \'{"jsonrpc":"2.0","method":"bye"}\'; exit 3']
     proc = subprocess.Popen(
         [*PROXY, "--", *agent],
         stdin=subprocess.PIPE,

@@ -59,9 +59,7 @@ def _read(src: int, state: PumpState) -> bytes:
     return data
 
 
-def pump(
-    src: int, dst: int, handle: LineHandler | None, max_line_bytes: int, state: PumpState | None = None
-) -> None:
+def pump(src: int, dst: int, handle: LineHandler | None, max_line_bytes: int, state: PumpState | None = None) -> None:
     """Relay ``src`` to ``dst`` until end of input; ``handle`` may rewrite each complete line.
 
     Without a handler the bytes are copied as read. A final line without newline is handled and
