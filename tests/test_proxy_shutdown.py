@@ -191,6 +191,7 @@ async def acpx_like_exit(mark: str, env: dict[str, str], terminate: list[str]) -
             await proc.wait()
         exited = time.monotonic() - terminated
         await asyncio.wait_for(conn.close(), 5)
+        await asyncio.wait_for(proc.stdout.read(), 10)  # end of file: the transport finishes inside the loop
     assert proc.returncode is not None
     return proc.returncode, exited
 
