@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import select
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -117,6 +119,7 @@ async def shutdown_seconds(command: list[str], env: dict[str, str], mark: str, c
     seconds = await asyncio.wait_for(editor_session(command, {**env, MARK: mark}, converse), 120)
     left = len(marked(mark))
     kill_marked(mark)
+    await asyncio.sleep(0.5)  # the loop sees end of file on the pipes the orphans held (no transport left open)
     return seconds, left
 
 
@@ -244,7 +247,7 @@ def test_agent_exit_ends_the_proxy_while_its_child_holds_stdout(mark: str) -> No
         [*PROXY, "--", *agent],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
         env=base_env(OTEL_TRACES_EXPORTER="none", **{MARK: mark}),
     )
     try:
@@ -255,6 +258,31 @@ def test_agent_exit_ends_the_proxy_while_its_child_holds_stdout(mark: str) -> No
     finally:
         proc.kill()
         proc.communicate()
+
+
+def test_agent_output_is_relayed_whole_though_its_child_holds_stdout(mark: str) -> None:
+    """The agent writes 4 MB (far more than a pipe holds) and exits at once, leaving a child that holds its
+    stdout: the proxy relays every byte (and the final line without newline) before it exits."""
+    writer = "import sys; sys.stdout.write(('x' * 999 + '\\n') * 4096 + 'tail')"
+    agent = ["sh", "-c", f'sleep 30 & {sys.executable} -c "{writer}"; exit 0']
+    proc = subprocess.Popen(
+        [*PROXY, "--", *agent],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=base_env(OTEL_TRACES_EXPORTER="none", **{MARK: mark}),
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        proc.stdin.close()  # the agent does not read it
+        out = proc.stdout.read()  # to the proxy's exit (the child holds the agent's stdout, not the proxy's)
+        assert proc.wait(60) == 0
+        assert out == (b"x" * 999 + b"\n") * 4096 + b"tail"
+        assert any(pid != proc.pid for pid in marked(mark))  # the child still holds the pipe: no end of file came
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
 
 
 def test_pump_ends_on_an_empty_non_blocking_source_with_the_partial_line() -> None:
@@ -278,4 +306,52 @@ def test_pump_ends_on_an_empty_non_blocking_source_with_the_partial_line() -> No
         assert state.reads >= 2 and not state.waiting
     finally:
         for fd in (src_r, src_w, dst_r, dst_w):
+            os.close(fd)
+
+
+def test_drain_relays_what_the_agent_left_and_never_waits_for_end_of_file() -> None:
+    """After the agent's exit: lines still being traced are all relayed, and a relay blocked on an empty pipe
+    that a child of the agent holds open is not waited for (the write end stays open throughout)."""
+    from acp_otel._proxy import process
+
+    src_r, src_w = os.pipe()
+    dst_r, dst_w = os.pipe()
+    lines = [b'{"n":%d}' % i for i in range(10)]
+    os.write(src_w, b"\n".join(lines) + b"\n")
+
+    def slow(line: bytes) -> tuple[bytes, None]:
+        time.sleep(0.05)  # tracing that takes a while: the lines are in the relay's hands, not in the pipe
+        return line, None
+
+    src = os.fdopen(src_r, "rb", buffering=0)
+    state = framing.PumpState()
+    relay = threading.Thread(target=framing.pump, args=(src.fileno(), dst_w, slow, 1024, state), daemon=True)
+    relay.start()
+    try:
+        while state.reads == 0:  # the relay holds the lines
+            time.sleep(0.001)
+        process._drain(relay, state, src, threading.Lock(), 60.0)
+        relayed = os.read(dst_r, 65536) if select.select([dst_r], [], [], 0)[0] else b""
+        assert relayed == b"\n".join(lines) + b"\n"  # all relayed before _drain returned
+
+        # A relay blocked in a read of an empty pipe whose write end stays open: nothing in hand, so _drain
+        # returns (well before its 60 s), without the end of file that never comes.
+        empty_r, empty_w = os.pipe()
+        idle = framing.PumpState()
+        blocked = threading.Thread(target=framing.pump, args=(empty_r, dst_w, None, 1024, idle), daemon=True)
+        blocked.start()
+        while not idle.waiting:
+            time.sleep(0.001)
+        time.sleep(0.5)  # in the read by now
+        started = time.monotonic()
+        process._drain(blocked, idle, os.fdopen(empty_r, "rb", buffering=0, closefd=False), threading.Lock(), 60.0)
+        assert time.monotonic() - started < 30
+        os.close(empty_w)  # end of file: the relay ends
+        blocked.join(10)
+        os.close(empty_r)
+    finally:
+        os.close(src_w)
+        relay.join(10)
+        src.close()
+        for fd in (dst_r, dst_w):
             os.close(fd)

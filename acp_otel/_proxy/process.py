@@ -215,18 +215,23 @@ def run(options: ProxyOptions) -> int:
     from .framing import PumpState
 
     to_editor_state = PumpState()
-    agent_out_fd = agent_out.fileno()
+    agent_out_lock = threading.Lock()  # _drain uses the descriptor only while it is open (never a reused one)
+
+    def end_of_agent_output() -> None:
+        with agent_out_lock:
+            close_quietly(agent_out)  # editor gone: the agent sees a broken pipe, as without us
+
     to_editor = _relay(
-        agent_out_fd,
+        agent_out.fileno(),
         1,  # stdout: only the agent's bytes ever go here
         to_editor_handler,
         options.max_line_bytes,
-        lambda: close_quietly(agent_out),  # editor gone: the agent sees a broken pipe, as without us
+        end_of_agent_output,
         "agent-to-editor",
         to_editor_state,
     )
     returncode = proc.wait()
-    _drain(to_editor, to_editor_state, agent_out_fd, OUTPUT_DRAIN_TIMEOUT_S)
+    _drain(to_editor, to_editor_state, agent_out, agent_out_lock, OUTPUT_DRAIN_TIMEOUT_S)
     if tracer is not None:
         how = f"signal {-returncode}" if returncode < 0 else f"status {returncode}"
         tracer.close(f"agent exited with {how}")
@@ -238,19 +243,20 @@ def run(options: ProxyOptions) -> int:
     return returncode
 
 
-def _drain(relay: threading.Thread, state: Any, fd: int, limit_s: float) -> None:
+def _drain(relay: threading.Thread, state: Any, agent_out: Any, lock: threading.Lock, limit_s: float) -> None:
     """After the agent's exit: let ``relay`` forward what the agent wrote, but not wait for end of file.
 
     The pipe is made non-blocking, so a relay that reads it empty ends there; one already blocked in a
     read of the empty pipe (a child of the agent holds it open) has nothing in hand, and is left.
     """
-    with contextlib.suppress(OSError):
-        os.set_blocking(fd, False)
+    with lock, contextlib.suppress(OSError, ValueError):
+        if not agent_out.closed:
+            os.set_blocking(agent_out.fileno(), False)
     deadline = time.monotonic() + limit_s
     idle_reads = -1  # the read count when the relay was last seen waiting on an empty pipe
     while relay.is_alive() and time.monotonic() < deadline:
         reads = state.reads
-        if state.waiting and _unread_bytes(fd) == 0:
+        if state.waiting and _unread_bytes(agent_out, lock) == 0:
             if reads == idle_reads:
                 return  # seen waiting twice, with no read in between: blocked on an empty pipe
             idle_reads = reads
@@ -259,15 +265,18 @@ def _drain(relay: threading.Thread, state: Any, fd: int, limit_s: float) -> None
         relay.join(0.01)
 
 
-def _unread_bytes(fd: int) -> int:
-    """Bytes waiting in the pipe ``fd`` (0 when that cannot be told, e.g. the relay closed it)."""
+def _unread_bytes(stream: Any, lock: threading.Lock) -> int:
+    """Bytes waiting in the pipe ``stream`` (0 when closed or when that cannot be told)."""
     try:
         import fcntl
         import struct
         import termios
 
-        return int(struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0])
-    except (ImportError, OSError, AttributeError):
+        with lock:
+            if stream.closed:
+                return 0
+            return int(struct.unpack("i", fcntl.ioctl(stream.fileno(), termios.FIONREAD, b"\0\0\0\0"))[0])
+    except (ImportError, OSError, AttributeError, ValueError):
         return 0
 
 
