@@ -5,6 +5,11 @@ blocks the writer, which stops reading, which fills the source pipe and blocks t
 the whole backpressure story, with at most one line (up to ``max_line_bytes``) and one read chunk
 held in memory. A line longer than the cap is not traced: what is buffered is written out and the
 rest of that line is copied chunk by chunk as it arrives.
+
+The end of the source is end of file, or, once the source has been made non-blocking (the proxy does
+that when the agent has exited, since a child of the agent may keep the pipe open for ever), the first
+read that finds it empty. A :class:`PumpState` tells another thread whether the relay is waiting for
+input with nothing in hand, i.e. whether everything read so far has been written.
 """
 
 from __future__ import annotations
@@ -20,6 +25,21 @@ Handled = tuple[bytes, "Callable[[], None] | None"]
 LineHandler = Callable[[bytes], Handled]
 
 
+class PumpState:
+    """What a running :func:`pump` is doing, for the thread that decides when the relay may stop.
+
+    ``waiting`` is true while the pump is in (or about to enter) a read with everything read before
+    written out; ``reads`` counts the reads that returned, so that a reader can tell a pump blocked on an
+    empty pipe (``waiting`` and ``reads`` unchanged) from one that has just taken a chunk.
+    """
+
+    __slots__ = ("reads", "waiting")
+
+    def __init__(self) -> None:
+        self.waiting = False
+        self.reads = 0
+
+
 def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
     """Write every byte (``os.write`` may write less than asked on a pipe)."""
     view = memoryview(data)
@@ -28,19 +48,33 @@ def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
         view = view[written:]
 
 
-def pump(src: int, dst: int, handle: LineHandler | None, max_line_bytes: int) -> None:
+def _read(src: int, state: PumpState) -> bytes:
+    state.waiting = True
+    try:
+        data = os.read(src, CHUNK_BYTES)
+    except BlockingIOError:  # made non-blocking after the writer exited, and now empty: the end
+        data = b""
+    state.waiting = False
+    state.reads += 1
+    return data
+
+
+def pump(src: int, dst: int, handle: LineHandler | None, max_line_bytes: int, state: PumpState | None = None) -> None:
     """Relay ``src`` to ``dst`` until end of input; ``handle`` may rewrite each complete line.
 
     Without a handler the bytes are copied as read. A final line without newline is handled and
     forwarded without one. Raises ``OSError`` when ``dst`` is gone (the caller decides what that means).
+    ``state`` is kept up to date for another thread (see :class:`PumpState`).
     """
+    if state is None:
+        state = PumpState()
     if handle is None:
-        while data := os.read(src, CHUNK_BYTES):
+        while data := _read(src, state):
             write_all(dst, data)
         return
     buffered = bytearray()  # the start of a line whose newline has not arrived yet
     streaming = False  # inside a line longer than the cap, copied untraced
-    while data := os.read(src, CHUNK_BYTES):
+    while data := _read(src, state):
         start = 0
         if streaming:
             newline = data.find(b"\n")

@@ -1,12 +1,16 @@
 """Run the agent under the proxy: spawn, relay both ways, forward signals, pass on the exit status.
 
-Lifecycle:
+Lifecycle (docs/proxy-lifecycle.md has the whole story):
 
-* the agent is started first and telemetry is configured while it starts (imports overlap its start-up);
-* end of the editor's input closes the agent's stdin; the agent's exit ends the proxy: the agent's
-  remaining output is relayed (bounded wait), pending spans end with an error, spans are flushed
-  (bounded), and the proxy exits with the agent's status or dies of the signal that killed it;
-* SIGTERM, SIGINT and SIGHUP are forwarded to the agent (the proxy then waits for it to exit);
+* the agent is started first, in a process group of its own (so that a signal reaches all of it, as a
+  terminal's Ctrl-C would) and, on Linux, set to be killed if the proxy dies (``PR_SET_PDEATHSIG``), so
+  that it never outlives a SIGKILLed proxy; telemetry is configured while it starts;
+* end of the editor's input closes the agent's stdin; the agent's exit ends the proxy: what the agent
+  wrote is relayed, without waiting for end of file (a child of the agent may hold its stdout for
+  ever), pending spans end with an error, spans are flushed (bounded), and the proxy exits with the
+  agent's status or dies of the signal that killed it;
+* SIGTERM, SIGINT and SIGHUP are forwarded to the agent's process group while the agent runs; after a
+  forwarded signal the flush is held to :data:`SIGNAL_FLUSH_BUDGET_S`, well inside an editor's grace;
 * a command that cannot be found prints one line on stderr and exits 127 (126: found, not runnable).
 """
 
@@ -19,6 +23,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from typing import Any
 
 from .options import ProxyOptions
@@ -26,8 +31,12 @@ from .options import ProxyOptions
 _log = logging.getLogger("acp_otel")
 
 FORWARDED_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP") if hasattr(signal, name))
-# After the agent exits, how long its stdout may stay open (a child of the agent holding it).
-OUTPUT_DRAIN_TIMEOUT_S = 2.0
+# After the agent exits, at most this long relaying what it wrote (only an editor that stops reading
+# makes it last; end of file is not waited for: a child of the agent may hold the pipe open for ever).
+OUTPUT_DRAIN_TIMEOUT_S = 0.25
+# The flush after a forwarded signal: the SDK's editor SIGKILLs 2 s after its SIGTERM, acpx 1.5 s.
+SIGNAL_FLUSH_BUDGET_S = 1.0
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 def _configure_logging(verbose: bool) -> None:
@@ -49,9 +58,40 @@ def _configure_logging(verbose: bool) -> None:
         warnings.simplefilter("ignore")
 
 
+def _child_setup() -> Any:
+    """What the agent's process runs between fork and exec: its own process group, and death with the proxy.
+
+    ``None`` off POSIX. The prctl function is looked up here, before the fork: nothing may be imported
+    in the child.
+    """
+    if os.name != "posix":
+        return None
+    prctl: Any = None
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            prctl = ctypes.CDLL(None, use_errno=True).prctl
+        except (OSError, AttributeError):
+            prctl = None
+    proxy_pid = os.getpid()
+
+    def setup() -> None:
+        os.setpgid(0, 0)
+        if prctl is not None:
+            # The editor's SIGKILL of the proxy reaches the agent, as it would without the proxy.
+            prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            if os.getppid() != proxy_pid:  # the proxy died before the call
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    return setup
+
+
 def _spawn(command: tuple[str, ...]) -> subprocess.Popen[bytes] | int:
     try:
-        return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+        return subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, preexec_fn=_child_setup()
+        )
     except FileNotFoundError:
         sys.stderr.write(f"acp-otel proxy: {command[0]}: command not found\n")
         return 127
@@ -63,14 +103,29 @@ def _spawn(command: tuple[str, ...]) -> subprocess.Popen[bytes] | int:
         return 126
 
 
-def _forward_signals(proc: subprocess.Popen[bytes]) -> None:
-    def forward(signum: int, _frame: Any) -> None:
-        _log.debug("acp_otel proxy: forwarding signal %d to the agent", signum)
-        with contextlib.suppress(ProcessLookupError, OSError):
-            proc.send_signal(signum)
+class _Signals:
+    """Forwards SIGTERM, SIGINT and SIGHUP to the agent's process group while the agent runs."""
 
-    for signum in FORWARDED_SIGNALS:
-        signal.signal(signum, forward)
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc = proc
+        self.forwarded = False  # a signal reached the agent: the editor is waiting for the proxy's exit
+        for signum in FORWARDED_SIGNALS:
+            signal.signal(signum, self._forward)
+
+    def _forward(self, signum: int, _frame: Any) -> None:
+        if self.proc.returncode is not None:
+            return  # the agent has exited; what stays of its group stays, as it would without the proxy
+        self.forwarded = True
+        _log.debug("acp_otel proxy: forwarding signal %d to the agent's process group", signum)
+        try:
+            os.killpg(self.proc.pid, signum)  # the agent leads its own group (see _child_setup)
+        except (ProcessLookupError, PermissionError, AttributeError):
+            with contextlib.suppress(ProcessLookupError, OSError):
+                self.proc.send_signal(signum)
+
+    def flush_timeout(self, configured_s: float) -> float:
+        """The flush bound: ``configured_s``, cut to :data:`SIGNAL_FLUSH_BUDGET_S` after a forwarded signal."""
+        return min(configured_s, SIGNAL_FLUSH_BUDGET_S) if self.forwarded else configured_s
 
 
 def _build_tracer(options: ProxyOptions) -> tuple[Any, Any]:
@@ -105,12 +160,14 @@ def _metric_instruments(tel: Any) -> Any:
     return make_instruments(meter_provider, __version__)
 
 
-def _relay(src: int, dst: int, handle: Any, max_line_bytes: int, on_end: Any, name: str) -> threading.Thread:
+def _relay(
+    src: int, dst: int, handle: Any, max_line_bytes: int, on_end: Any, name: str, state: Any = None
+) -> threading.Thread:
     from .framing import pump
 
     def run() -> None:
         try:
-            pump(src, dst, handle, max_line_bytes)
+            pump(src, dst, handle, max_line_bytes, state)
         except OSError as exc:  # the destination is gone (EPIPE) or the source failed
             _log.debug("acp_otel proxy: %s relay ended: %s", name, exc)
         except Exception:
@@ -132,7 +189,7 @@ def run(options: ProxyOptions) -> int:
     proc = _spawn(options.command)
     if isinstance(proc, int):
         return proc
-    _forward_signals(proc)
+    signals = _Signals(proc)
     assert proc.stdin is not None and proc.stdout is not None
     agent_in, agent_out = proc.stdin, proc.stdout
     tel, tracer = _build_tracer(options)
@@ -155,24 +212,72 @@ def run(options: ProxyOptions) -> int:
         lambda: close_quietly(agent_in),  # editor's end of input -> the agent's
         "editor-to-agent",
     )
+    from .framing import PumpState
+
+    to_editor_state = PumpState()
+    agent_out_lock = threading.Lock()  # _drain uses the descriptor only while it is open (never a reused one)
+
+    def end_of_agent_output() -> None:
+        with agent_out_lock:
+            close_quietly(agent_out)  # editor gone: the agent sees a broken pipe, as without us
+
     to_editor = _relay(
         agent_out.fileno(),
         1,  # stdout: only the agent's bytes ever go here
         to_editor_handler,
         options.max_line_bytes,
-        lambda: close_quietly(agent_out),  # editor gone: the agent sees a broken pipe, as without us
+        end_of_agent_output,
         "agent-to-editor",
+        to_editor_state,
     )
     returncode = proc.wait()
-    to_editor.join(OUTPUT_DRAIN_TIMEOUT_S)
+    _drain(to_editor, to_editor_state, agent_out, agent_out_lock, OUTPUT_DRAIN_TIMEOUT_S)
     if tracer is not None:
         how = f"signal {-returncode}" if returncode < 0 else f"status {returncode}"
         tracer.close(f"agent exited with {how}")
-    if tel is not None and not tel.flush(options.flush_timeout_s):
-        _log.debug("acp_otel proxy: flush did not finish within %.1f s", options.flush_timeout_s)
+    flush_timeout_s = signals.flush_timeout(options.flush_timeout_s)
+    if tel is not None and not tel.flush(flush_timeout_s):
+        _log.debug("acp_otel proxy: flush did not finish within %.1f s", flush_timeout_s)
     if returncode < 0:
         _die_of(-returncode)
     return returncode
+
+
+def _drain(relay: threading.Thread, state: Any, agent_out: Any, lock: threading.Lock, limit_s: float) -> None:
+    """After the agent's exit: let ``relay`` forward what the agent wrote, but not wait for end of file.
+
+    The pipe is made non-blocking, so a relay that reads it empty ends there; one already blocked in a
+    read of the empty pipe (a child of the agent holds it open) has nothing in hand, and is left.
+    """
+    with lock, contextlib.suppress(OSError, ValueError):
+        if not agent_out.closed:
+            os.set_blocking(agent_out.fileno(), False)
+    deadline = time.monotonic() + limit_s
+    idle_reads = -1  # the read count when the relay was last seen waiting on an empty pipe
+    while relay.is_alive() and time.monotonic() < deadline:
+        reads = state.reads
+        if state.waiting and _unread_bytes(agent_out, lock) == 0:
+            if reads == idle_reads:
+                return  # seen waiting twice, with no read in between: blocked on an empty pipe
+            idle_reads = reads
+        else:
+            idle_reads = -1
+        relay.join(0.01)
+
+
+def _unread_bytes(stream: Any, lock: threading.Lock) -> int:
+    """Bytes waiting in the pipe ``stream`` (0 when closed or when that cannot be told)."""
+    try:
+        import fcntl
+        import struct
+        import termios
+
+        with lock:
+            if stream.closed:
+                return 0
+            return int(struct.unpack("i", fcntl.ioctl(stream.fileno(), termios.FIONREAD, b"\0\0\0\0"))[0])
+    except (ImportError, OSError, AttributeError, ValueError):
+        return 0
 
 
 def _die_of(signum: int) -> None:
