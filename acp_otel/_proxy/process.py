@@ -21,7 +21,8 @@ import sys
 import threading
 from typing import Any
 
-from .options import ProxyOptions
+from .._child_env import proxy_agent_environment
+from .options import DiagnosticFormatter, ProxyOptions
 
 _log = logging.getLogger("acp_otel")
 
@@ -38,7 +39,7 @@ def _configure_logging(verbose: bool) -> None:
         logger.propagate = False
         if verbose:
             handler = logging.StreamHandler(sys.stderr)
-            handler.setFormatter(logging.Formatter("acp-otel proxy: %(name)s: %(message)s"))
+            handler.setFormatter(DiagnosticFormatter())
             logger.addHandler(handler)
             logger.setLevel(logging.DEBUG)
         else:
@@ -51,7 +52,8 @@ def _configure_logging(verbose: bool) -> None:
 
 def _spawn(command: tuple[str, ...]) -> subprocess.Popen[bytes] | int:
     try:
-        return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+        env = proxy_agent_environment(os.environ, command)  # see acp_otel._child_env: what the agent inherits
+        return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, env=env)
     except FileNotFoundError:
         sys.stderr.write(f"acp-otel proxy: {command[0]}: command not found\n")
         return 127
@@ -76,11 +78,11 @@ def _forward_signals(proc: subprocess.Popen[bytes]) -> None:
 def _build_tracer(options: ProxyOptions) -> tuple[Any, Any]:
     """The telemetry and the message tracer (``None`` when tracing is off); never raises."""
     try:
+        from .._child_env import proxy_service_name
         from .._settings import load_settings
-        from .._spawn import service_name_for_command
         from . import telemetry
 
-        derived = options.service_name or service_name_for_command(options.command[0], options.command[1:])
+        derived = options.service_name or proxy_service_name(options.command)
         tel = telemetry.configure(derived, explicit_service_name=options.service_name is not None)
         if not tel.enabled:
             return tel, None
@@ -168,8 +170,8 @@ def run(options: ProxyOptions) -> int:
     if tracer is not None:
         how = f"signal {-returncode}" if returncode < 0 else f"status {returncode}"
         tracer.close(f"agent exited with {how}")
-    if tel is not None and not tel.flush(options.flush_timeout_s):
-        _log.debug("acp_otel proxy: flush did not finish within %.1f s", options.flush_timeout_s)
+    if tel is not None:
+        tel.finish(options.flush_timeout_s)  # bounded; says in one line what could not be exported
     if returncode < 0:
         _die_of(-returncode)
     return returncode
