@@ -32,7 +32,8 @@ PATHS = (
     "span_exporter",  # SimpleSpanProcessor, BatchSpanProcessor (older)
     "_batch_processor",  # BatchSpanProcessor / BatchLogRecordProcessor (newer) -> BatchProcessor
     "_exporter",  # BatchProcessor, PeriodicExportingMetricReader, SimpleLogRecordProcessor
-    "_sdk_config",  # MeterProvider -> SdkConfiguration
+    "_metric_readers",  # MeterProvider (1.4x) -> [readers]
+    "_sdk_config",  # MeterProvider (older) -> SdkConfiguration
     "metric_readers",  # -> (readers, ...)
     "_multi_log_record_processor",  # LoggerProvider
     "_log_record_processors",
