@@ -51,7 +51,8 @@ def test_child_environment_rules() -> None:
         "HOME": "/home/u",
     }
     trace_env = {"TRACEPARENT": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"}
-    env = child_environment("python", ["agent.py"], None, parent, trace_env, SITE)
+    # This interpreter in this environment: the sitecustomize entry goes along.
+    env = child_environment(sys.executable, ["agent.py"], None, parent, trace_env, SITE)
     assert env == {
         "OTEL_TRACES_EXPORTER": "otlp",
         "OTEL_SERVICE_NAME": "agent",

@@ -188,7 +188,7 @@ async def test_console_exporters_never_reach_a_stdio_agents_stdout() -> None:
     lines = bytes(raw).split(b"\n")
     assert lines[-1] == b""
     for line in lines[:-1]:
-        assert line.startswith(b"{\"") and line.endswith(b"}"), bytes(raw)[:3000]
+        assert line.startswith(b'{"') and line.endswith(b"}"), bytes(raw)[:3000]
         message = json.loads(line)  # nothing but JSON-RPC on stdout
         assert isinstance(message, dict) and message.get("jsonrpc") == "2.0", line[:200]
     assert '"name": "session/prompt"' in stderr, stderr[-2000:]  # the spans went to stderr
@@ -237,9 +237,7 @@ def _nothing_on_default_port() -> Iterator[None]:
         holder.close()
 
 
-def _check_one_line_and_quick(
-    stderr: str, result: dict[str, Any], baseline: dict[str, Any], *expected: str
-) -> None:
+def _check_one_line_and_quick(stderr: str, result: dict[str, Any], baseline: dict[str, Any], *expected: str) -> None:
     lines = _proxy_lines(stderr)
     assert len(lines) == 1, stderr[-3000:]
     for text in expected:
@@ -261,7 +259,11 @@ def test_untraced_editor_no_backend_one_line() -> None:
         baseline, _ = _run_editor(AGENT, traced=False)
         result, stderr = _run_editor(PROXIED, traced=False)
     _check_one_line_and_quick(
-        stderr, result, baseline, "not exported to http://localhost:4318/v1/traces", "the default endpoint",
+        stderr,
+        result,
+        baseline,
+        "not exported to http://localhost:4318/v1/traces",
+        "the default endpoint",
         "nothing is listening",
     )
 
