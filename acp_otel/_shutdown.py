@@ -55,6 +55,11 @@ FLUSH_TIMEOUT_S = 1.0
 between SIGTERM and SIGKILL) and ``acpx``'s 1.5 s between SIGTERM and SIGKILL, so that the flush never
 makes an editor escalate."""
 
+SIGTERM_NOT_FLUSHED = (
+    f"acp_otel: telemetry: spans not exported within {FLUSH_TIMEOUT_S:g} s of SIGTERM were dropped "
+    "(is the OTLP endpoint reachable?)\n"
+)
+
 
 # ------------------------------------------------------------------ flushing
 
@@ -147,7 +152,9 @@ def _make_sigterm_handler(state: InstrumentationState) -> Callable[[int, Any], N
         installed, state.sigterm_installed = state.sigterm_installed, False
         if installed and state.engine is not None:  # inert once uninstrumented
             try:
-                flush(state.tracer_provider)
+                if not flush(state.tracer_provider):
+                    # os.write: a signal handler must not take the stderr buffer's lock.
+                    os.write(2, SIGTERM_NOT_FLUSHED.encode())
             except Exception:  # never let tracing change how the process ends
                 pass
         os.kill(os.getpid(), signal.SIGTERM)
