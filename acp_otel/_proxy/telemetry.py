@@ -353,7 +353,10 @@ def configure(service_name: str, explicit_service_name: bool) -> Telemetry:
     """
     collector = _Collector()
     for name in ("acp_otel", "opentelemetry.exporter"):
-        logging.getLogger(name).addHandler(collector)
+        logger = logging.getLogger(name)
+        for old in [h for h in logger.handlers if isinstance(h, _Collector)]:  # configured again (tests)
+            logger.removeHandler(old)
+        logger.addHandler(collector)
     if _env("OTEL_SDK_DISABLED").lower() == "true":
         return Telemetry(None, collector=collector)
     names = [n.strip().lower() for n in (_env("OTEL_TRACES_EXPORTER") or "otlp").split(",") if n.strip()]
