@@ -20,6 +20,7 @@ import pytest
 from harness import base_env
 from otlp_grpc_receiver import GrpcOtlpReceiver
 from otlp_sink import OtlpSink, closed_port
+from sdk_versions import EXAMPLES_IMPORT
 
 from acp_otel import _child_env as ce
 from acp_otel._spawn import auto_instrumentation_dir, child_environment
@@ -129,6 +130,7 @@ def test_proxy_to_agent_environment(tmp_path: Path) -> None:
 # ------------------------------------------------------------------ console exporters and stdout
 
 
+@EXAMPLES_IMPORT
 async def test_console_exporters_never_reach_a_stdio_agents_stdout() -> None:
     """A zero-code agent told to export spans and metrics to the console: every byte on its stdout is
     protocol, and the spans appear on its stderr instead (not lost)."""
@@ -252,6 +254,7 @@ AGENT = [sys.executable, EXAMPLE_AGENT]
 PROXIED = [*PROXY, "--", sys.executable, EXAMPLE_AGENT]
 
 
+@EXAMPLES_IMPORT
 @pytest.mark.e2e
 def test_untraced_editor_no_backend_one_line() -> None:
     """An untraced SDK editor trims the environment: the proxy exports to the default endpoint."""
@@ -268,6 +271,7 @@ def test_untraced_editor_no_backend_one_line() -> None:
     )
 
 
+@EXAMPLES_IMPORT
 @pytest.mark.e2e
 @pytest.mark.parametrize("traced", [False, True], ids=["untraced-editor", "zero-code-editor"])
 def test_endpoint_down_one_line(traced: bool) -> None:
@@ -282,6 +286,7 @@ def test_endpoint_down_one_line(traced: bool) -> None:
     _check_one_line_and_quick(stderr, result, baseline, f"not exported to {endpoint}/v1/traces", "nothing is listening")
 
 
+@EXAMPLES_IMPORT
 @pytest.mark.e2e
 def test_http_exporter_at_a_grpc_port_one_line() -> None:
     baseline, _ = _run_editor(AGENT, traced=False)
@@ -291,6 +296,7 @@ def test_http_exporter_at_a_grpc_port_one_line() -> None:
     _check_one_line_and_quick(stderr, result, baseline, receiver.endpoint, "over OTLP/HTTP", "PROTOCOL=grpc")
 
 
+@EXAMPLES_IMPORT
 @pytest.mark.e2e
 def test_grpc_exporter_at_an_http_port_one_line() -> None:
     baseline, _ = _run_editor(AGENT, traced=False)
@@ -300,6 +306,7 @@ def test_grpc_exporter_at_an_http_port_one_line() -> None:
     _check_one_line_and_quick(stderr, result, baseline, f"127.0.0.1:{sink.port}", "over OTLP/gRPC")
 
 
+@EXAMPLES_IMPORT
 @pytest.mark.e2e
 @pytest.mark.parametrize("verbose", [False, True], ids=["quiet", "verbose"])
 def test_a_rejected_setting_is_said_once_without_doubled_prefixes(verbose: bool) -> None:
@@ -318,6 +325,7 @@ def test_a_rejected_setting_is_said_once_without_doubled_prefixes(verbose: bool)
         assert not re.search(r"acp[-_]otel[^:]*: (\S+: )?acp[-_]otel", line), line
 
 
+@EXAMPLES_IMPORT
 @pytest.mark.e2e
 def test_all_exported_and_nothing_rejected_says_nothing() -> None:
     with OtlpSink() as sink:
@@ -329,6 +337,7 @@ def test_all_exported_and_nothing_rejected_says_nothing() -> None:
 # ------------------------------------------------------------------ service names per hop
 
 
+@EXAMPLES_IMPORT
 @pytest.mark.e2e
 def test_each_hop_has_its_own_service_name() -> None:
     """A zero-code editor spawns ``acp-otel proxy -- opentelemetry-instrument python agent.py``: three
