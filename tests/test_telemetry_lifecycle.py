@@ -312,7 +312,8 @@ def test_grpc_exporter_at_an_http_port_one_line() -> None:
 def test_a_rejected_setting_is_said_once_without_doubled_prefixes(verbose: bool) -> None:
     with OtlpSink() as sink:
         env = {**sink.env(), "OTEL_PYTHON_ACP_TOOL_SPANS": "sometimes"}
-        proxy = [*PROXY, *(["-v"] if verbose else []), "--", sys.executable, EXAMPLE_AGENT]
+        # --flush-timeout: a loaded machine must not slow the final export past the bound (also reported).
+        proxy = [*PROXY, *(["-v"] if verbose else []), "--flush-timeout", "10", "--", sys.executable, EXAMPLE_AGENT]
         _result, stderr = _run_editor(proxy, traced=False, agent_env=env)
         sink.wait_for(lambda spans: any(s.name == "session/prompt" for s in spans))
     lines = _proxy_lines(stderr)
@@ -329,7 +330,8 @@ def test_a_rejected_setting_is_said_once_without_doubled_prefixes(verbose: bool)
 @pytest.mark.e2e
 def test_all_exported_and_nothing_rejected_says_nothing() -> None:
     with OtlpSink() as sink:
-        _result, stderr = _run_editor(PROXIED, traced=False, agent_env=sink.env())
+        proxied = [*PROXY, "--flush-timeout", "10", "--", sys.executable, EXAMPLE_AGENT]  # see above
+        _result, stderr = _run_editor(proxied, traced=False, agent_env=sink.env())
         sink.wait_for(lambda spans: any(s.name == "session/prompt" for s in spans))
     assert _proxy_lines(stderr) == []
 
@@ -344,10 +346,11 @@ def test_each_hop_has_its_own_service_name() -> None:
     services, named after what each runs; with ``--service-name`` only the proxy's changes."""
     agent = [INSTRUMENT, sys.executable, EXAMPLE_AGENT]
     with OtlpSink() as sink:
-        _run_editor([*PROXY, "--", *agent], traced=True, editor_env=sink.env())
+        _run_editor([*PROXY, "--flush-timeout", "10", "--", *agent], traced=True, editor_env=sink.env())
         spans = sink.wait_for(lambda s: {"editor", "agent-proxy", "agent"} <= {x.service for x in s})
         assert {s.service for s in spans} == {"editor", "agent-proxy", "agent"}
     with OtlpSink() as sink:
-        _run_editor([*PROXY, "--service-name", "my-proxy", "--", *agent], traced=True, editor_env=sink.env())
+        proxy = [*PROXY, "--flush-timeout", "10", "--service-name", "my-proxy", "--", *agent]
+        _run_editor(proxy, traced=True, editor_env=sink.env())
         spans = sink.wait_for(lambda s: {"editor", "my-proxy", "agent"} <= {x.service for x in s})
         assert {s.service for s in spans} == {"editor", "my-proxy", "agent"}
