@@ -242,29 +242,29 @@ def _probe(url: str) -> str:
         return "unresolved"
 
 
+def why_not_exported(endpoint: str, protocol: str, errors: list[str]) -> str:
+    """Why an endpoint did not take spans, from a probe of its port and the exporters' errors."""
+    state = _probe(endpoint)
+    if state == "refused":
+        return "nothing is listening there"
+    if state == "silent":
+        return "it does not answer"
+    if state == "unresolved":
+        return "its host cannot be reached"
+    code = next((m.group(1) for e in errors if (m := re.search(r"code: (\d{3})", e))), None)
+    answered = f"it answered HTTP {code}" if code else "it did not take them"
+    if protocol == "grpc":
+        return f"{answered} over OTLP/gRPC (an OTLP/HTTP port? OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf selects HTTP)"
+    if code in (None, "400", "404", "405", "415", "505"):
+        return f"{answered} over OTLP/HTTP (an OTLP/gRPC port? OTEL_EXPORTER_OTLP_PROTOCOL=grpc selects gRPC)"
+    return answered
+
+
 def describe_loss(lost: int, exported: int, endpoint: str, default: bool, protocol: str, errors: list[str]) -> str:
     """Why spans did not arrive, in one sentence (probes the endpoint's port)."""
     what = f"{lost} span{'s' if lost != 1 else ''}" if not exported else f"{lost} of {lost + exported} spans"
     where = f"{endpoint} (the default endpoint: OTEL_EXPORTER_OTLP_ENDPOINT is not set)" if default else endpoint
-    state = _probe(endpoint)
-    if state == "refused":
-        why = "nothing is listening there"
-    elif state == "silent":
-        why = "it does not answer"
-    elif state == "unresolved":
-        why = "its host cannot be reached"
-    else:
-        code = next((m.group(1) for e in errors if (m := re.search(r"code: (\d{3})", e))), None)
-        answered = f"it answered HTTP {code}" if code else "it did not take them"
-        if protocol == "grpc":
-            why = (
-                f"{answered} over OTLP/gRPC (an OTLP/HTTP port? OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf selects HTTP)"
-            )
-        elif code in (None, "400", "404", "405", "415", "505"):
-            why = f"{answered} over OTLP/HTTP (an OTLP/gRPC port? OTEL_EXPORTER_OTLP_PROTOCOL=grpc selects gRPC)"
-        else:
-            why = answered
-    return f"{what} not exported to {where}: {why}"
+    return f"{what} not exported to {where}: {why_not_exported(endpoint, protocol, errors)}"
 
 
 class Telemetry:
@@ -318,11 +318,16 @@ class Telemetry:
         lost = sum(e.lost for e in otlp)
         exported = sum(e.exported for e in otlp)
         errors = self.collector.export_errors if self.collector is not None else []
+        endpoint, default = traces_endpoint()
         if lost:
-            endpoint, default = traces_endpoint()
             found.append(describe_loss(lost, exported, endpoint, default, otlp_protocol(), errors))
         if not flushed:
-            found.append(f"the export had not finished after {timeout_s:g} s (--flush-timeout); the rest is lost")
+            unfinished = f"the export had not finished after {timeout_s:g} s (--flush-timeout); the rest is lost"
+            if otlp and not lost:  # still trying: say where to, and what the endpoint looks like
+                why = why_not_exported(endpoint, otlp_protocol(), errors)
+                unfinished = f"the export to {endpoint} had not finished after {timeout_s:g} s (--flush-timeout); "
+                unfinished += "the rest is lost" + ("" if why.startswith("it did not take") else f" ({why})")
+            found.append(unfinished)
         return found
 
     def finish(self, timeout_s: float = FLUSH_BUDGET_S, err: TextIO | None = None) -> bool:
