@@ -148,6 +148,8 @@ def _exporter(name: str) -> Any:
             from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
 
             return GrpcExporter(timeout=timeout)
+        if protocol not in ("", "http/protobuf"):
+            _log.warning("OTLP protocol %r is not supported; using http/protobuf", protocol)
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
         return OTLPSpanExporter(timeout=timeout)
