@@ -7,7 +7,7 @@ processor holds spans for up to ``OTEL_BSP_SCHEDULE_DELAY``; SIGTERM's default a
 
 * **End of input.** When a connection's receive loop ends because the peer closed the stream (not
   when the application closed the connection itself), the tracer provider is flushed
-  (``force_flush``, at most :data:`FLUSH_TIMEOUT_S`) before the loop returns. This applies to every
+  (``force_flush``, at most :data:`FLUSH_TIMEOUT_S`, 1 s) before the loop returns. This applies to every
   ``acp.connection.Connection`` (agent or client side): the flush runs in a helper thread, so the
   event loop keeps serving other connections meanwhile. The hook is ``Connection._receive_loop``,
   which every SDK release from 0.8 to 1.0rc3 has (``_disconnect`` only exists from 0.10.1).
@@ -19,6 +19,9 @@ processor holds spans for up to ``OTEL_BSP_SCHEDULE_DELAY``; SIGTERM's default a
   process at once. POSIX only.
 
 Both are on by default and off with ``flush_on_exit=False`` (``OTEL_PYTHON_ACP_FLUSH_ON_EXIT=false``).
+
+When a receive loop starts, console exporters writing to stdout are moved to stderr if the process is
+served over its stdio (:mod:`acp_otel._stdout_guard`).
 
 Uninstrumenting restores ``_receive_loop`` and, if our handler is still installed, ``SIG_DFL``. Only the
 main thread may change a signal disposition: uninstrumenting from another thread asks the event loop
@@ -40,15 +43,22 @@ from typing import TYPE_CHECKING, Any
 from opentelemetry import trace
 
 from ._patching import Wrapper
+from ._stdout_guard import guard_stdout
 
 if TYPE_CHECKING:
     from ._instrumentor import InstrumentationState
 
 _log = logging.getLogger("acp_otel")
 
-FLUSH_TIMEOUT_S = 2.0
-"""Upper bound of one flush: below the SDK's 2 s grace between closing stdin and SIGTERM, and between
-SIGTERM and SIGKILL."""
+FLUSH_TIMEOUT_S = 1.0
+"""Upper bound of one flush: well below the SDK's 2 s grace between closing stdin and SIGTERM (and
+between SIGTERM and SIGKILL) and ``acpx``'s 1.5 s between SIGTERM and SIGKILL, so that the flush never
+makes an editor escalate."""
+
+SIGTERM_NOT_FLUSHED = (
+    f"acp_otel: telemetry: spans not exported within {FLUSH_TIMEOUT_S:g} s of SIGTERM were dropped "
+    "(is the OTLP endpoint reachable?)\n"
+)
 
 
 # ------------------------------------------------------------------ flushing
@@ -90,6 +100,7 @@ def receive_loop_wrapper(state: InstrumentationState) -> Wrapper:
     async def receive_loop(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if state.engine is not None:
             _install_sigterm_handler(state)
+            guard_stdout(state.tracer_provider)  # console exporters off the protocol stream
         result = await wrapped(*args, **kwargs)
         # Returning normally means end of input, or (0.8 - 0.12.x) a cancellation the loop swallowed
         # because the application closed the connection: flush only for the former.
@@ -141,7 +152,9 @@ def _make_sigterm_handler(state: InstrumentationState) -> Callable[[int, Any], N
         installed, state.sigterm_installed = state.sigterm_installed, False
         if installed and state.engine is not None:  # inert once uninstrumented
             try:
-                flush(state.tracer_provider)
+                if not flush(state.tracer_provider):
+                    # os.write: a signal handler must not take the stderr buffer's lock.
+                    os.write(2, SIGTERM_NOT_FLUSHED.encode())
             except Exception:  # never let tracing change how the process ends
                 pass
         os.kill(os.getpid(), signal.SIGTERM)

@@ -6,11 +6,14 @@ environment (``default_environment()``: HOME, LOGNAME, PATH, SHELL, TERM, USER, 
 ``env=``), so neither ``OTEL_*`` nor the ``PYTHONPATH`` entry that ``opentelemetry-instrument`` relies
 on reach the child. While instrumented (and ``propagate_env`` is on) the child additionally gets:
 
-* every ``OTEL_*`` variable of this process;
+* every ``OTEL_*`` variable of this process, except ``console`` in the exporter lists (the child's
+  stdout is the protocol);
 * the directory of opentelemetry's ``sitecustomize`` as ``PYTHONPATH`` when this process runs under
-  ``opentelemetry-instrument`` (that entry is all the auto-instrumentation needs, besides ``OTEL_*``);
-* ``OTEL_SERVICE_NAME`` derived from the command (:func:`service_name_for_command`), with
-  ``service.name`` removed from an inherited ``OTEL_RESOURCE_ATTRIBUTES``;
+  ``opentelemetry-instrument`` and the child runs the same interpreter in the same environment (that
+  entry is all the auto-instrumentation needs, besides ``OTEL_*``), never for ``acp-otel proxy``;
+* ``OTEL_SERVICE_NAME`` derived from the command (:func:`service_name_for_command`; none for
+  ``acp-otel proxy``, which names itself and its agent), with ``service.name`` removed from an
+  inherited ``OTEL_RESOURCE_ATTRIBUTES``;
 * ``TRACEPARENT`` / ``TRACESTATE`` / ``BAGGAGE`` for the spawn span (the OpenTelemetry convention for
   environment variables as context carriers: the propagator's keys, upper-cased).
 
@@ -30,14 +33,15 @@ import contextlib
 import logging
 import os
 import re
+import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote
 
 from opentelemetry import trace
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from . import _child_env as ce
 from . import _propagation as propagation
 from . import _semconv as sc
 from ._patching import Wrapper
@@ -48,95 +52,11 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger("acp_otel")
 
-ENV_SERVICE_NAME = "OTEL_SERVICE_NAME"
-ENV_RESOURCE_ATTRIBUTES = "OTEL_RESOURCE_ATTRIBUTES"
-ENV_PYTHONPATH = "PYTHONPATH"
-
-_PYTHON_RE = re.compile(r"^(python|pypy)[0-9.]*(w)?(\.exe)?$", re.IGNORECASE)
-_NODE_RE = re.compile(r"^(node|nodejs|bun|deno)(\.exe)?$", re.IGNORECASE)
-# Python options that take a separate argument (`python -X dev agent.py`).
-_PYTHON_OPTS_WITH_ARG = frozenset({"-X", "-W"})
-_EXECUTABLE_SUFFIXES = (".exe", ".cmd", ".bat", ".py", ".js", ".mjs", ".cjs", ".ts", ".sh")
-
-
-# ------------------------------------------------------------------ pure helpers
-
-
-def service_name_for_command(command: str, args: Sequence[str] = ()) -> str:
-    """The ``service.name`` of a spawned process, derived from its command line.
-
-    ``python agent.py`` -> ``agent``; ``python -m my_pkg.agent`` -> ``agent``; ``node dist/agent.js`` ->
-    ``agent``; a plain binary -> its basename without directory or a ``.exe``-like suffix
-    (``/usr/local/bin/gemini`` -> ``gemini``). A Python or Node interpreter without a script falls
-    back to the interpreter's name.
-    """
-    base = _basename(command)
-    name = _strip_suffix(base)
-    if _PYTHON_RE.match(base):
-        script = _python_target(args)
-        if script:
-            return script
-    elif _NODE_RE.match(base):
-        for arg in args:
-            if not arg.startswith("-"):
-                return _strip_suffix(_basename(arg)) or name
-    return name or base or "acp-agent"
-
-
-def _basename(path: str) -> str:
-    return re.split(r"[\\/]", path.rstrip("/\\"))[-1] if path else ""
-
-
-def _strip_suffix(name: str) -> str:
-    lower = name.lower()
-    for suffix in _EXECUTABLE_SUFFIXES:
-        if lower.endswith(suffix) and len(name) > len(suffix):
-            return name[: -len(suffix)]
-    return name
-
-
-def _python_target(args: Sequence[str]) -> str | None:
-    skip = False
-    for index, arg in enumerate(args):
-        if skip:
-            skip = False
-            continue
-        if arg == "-m":
-            module = args[index + 1] if index + 1 < len(args) else ""
-            return module.rsplit(".", 1)[-1] or None
-        if arg.startswith("-m") and len(arg) > 2:
-            return arg[2:].rsplit(".", 1)[-1] or None
-        if arg == "-c" or (arg.startswith("-c") and len(arg) > 2):
-            return None
-        if arg in _PYTHON_OPTS_WITH_ARG:
-            skip = True
-            continue
-        if arg == "-":
-            return None
-        if arg.startswith("-"):
-            continue
-        return _strip_suffix(_basename(arg)) or None
-    return None
-
-
-def _split_resource_attributes(value: str) -> list[tuple[str, str]]:
-    pairs = []
-    for item in value.split(","):
-        key, sep, val = item.partition("=")
-        if sep and key.strip():
-            pairs.append((key.strip(), val.strip()))
-    return pairs
-
-
-def _has_service_name(resource_attributes: str | None) -> bool:
-    if not resource_attributes:
-        return False
-    return any(unquote(k) == "service.name" for k, _ in _split_resource_attributes(resource_attributes))
-
-
-def _without_service_name(resource_attributes: str) -> str:
-    pairs = _split_resource_attributes(resource_attributes)
-    return ",".join(f"{k}={v}" for k, v in pairs if unquote(k) != "service.name")
+ENV_SERVICE_NAME = ce.ENV_SERVICE_NAME
+ENV_RESOURCE_ATTRIBUTES = ce.ENV_RESOURCE_ATTRIBUTES
+ENV_PYTHONPATH = ce.ENV_PYTHONPATH
+service_name_for_command = ce.service_name_for_command
+_basename = ce._basename
 
 
 def auto_instrumentation_dir() -> str | None:
@@ -147,13 +67,6 @@ def auto_instrumentation_dir() -> str | None:
         return None
     path = getattr(auto_instrumentation, "__file__", None)
     return os.path.dirname(os.path.abspath(path)) if path else None
-
-
-def _on_python_path(directory: str, python_path: str | None) -> bool:
-    if not python_path:
-        return False
-    target = os.path.normcase(os.path.realpath(directory))
-    return any(entry and os.path.normcase(os.path.realpath(entry)) == target for entry in python_path.split(os.pathsep))
 
 
 def env_carrier(carrier: Mapping[str, str]) -> dict[str, str]:
@@ -168,32 +81,49 @@ def child_environment(
     parent_environ: Mapping[str, str],
     trace_env: Mapping[str, str] | None = None,
     sitecustomize_dir: str | None = None,
+    this_executable: str | None = None,
 ) -> dict[str, str]:
     """The ``env=`` to hand the SDK's spawn: OpenTelemetry variables for the child, then the caller's.
 
     ``parent_environ`` is this process's environment, ``trace_env`` the ``TRACEPARENT``-style variables
     of the spawn span and ``sitecustomize_dir`` opentelemetry's auto-instrumentation directory (added as
-    ``PYTHONPATH`` only when it is on ``parent_environ["PYTHONPATH"]``). The caller's variables win.
+    ``PYTHONPATH`` only when it is on ``parent_environ["PYTHONPATH"]`` and the child runs this
+    interpreter, ``this_executable`` (default ``sys.executable``), in the same environment). The
+    caller's variables win.
     """
     caller = dict(caller_env or {})
     env: dict[str, str] = {k: v for k, v in parent_environ.items() if k.startswith("OTEL_")}
-    if sitecustomize_dir and _on_python_path(sitecustomize_dir, parent_environ.get(ENV_PYTHONPATH)):
+    ce.no_console(env)
+    if (
+        sitecustomize_dir
+        and _on_python_path(sitecustomize_dir, parent_environ.get(ENV_PYTHONPATH))
+        and ce.sitecustomize_belongs(command, args, this_executable or sys.executable, parent_environ.get("PATH"))
+    ):
         env[ENV_PYTHONPATH] = sitecustomize_dir
-    caller_names_service = ENV_SERVICE_NAME in caller or _has_service_name(caller.get(ENV_RESOURCE_ATTRIBUTES))
-    if caller_names_service:
-        # The caller named the service; an inherited OTEL_SERVICE_NAME would override their resource attribute.
+    caller_names_service = ENV_SERVICE_NAME in caller or ce.has_service_name(caller.get(ENV_RESOURCE_ATTRIBUTES))
+    if caller_names_service or ce.proxy_agent_command(command, args) is not None:
+        # The caller named the service (an inherited OTEL_SERVICE_NAME would override their resource
+        # attribute), or the child is acp-otel proxy, which names itself and its agent.
         env.pop(ENV_SERVICE_NAME, None)
     else:
         env[ENV_SERVICE_NAME] = service_name_for_command(command, args)
     if ENV_RESOURCE_ATTRIBUTES in env:
-        remaining = _without_service_name(env[ENV_RESOURCE_ATTRIBUTES])
+        remaining = ce.without_service_name(env[ENV_RESOURCE_ATTRIBUTES])
         if remaining:
             env[ENV_RESOURCE_ATTRIBUTES] = remaining
         else:
             del env[ENV_RESOURCE_ATTRIBUTES]
     env.update(trace_env or {})
     env.update(caller)
+    ce.no_console(env)  # whatever the caller says: the child's stdout is the protocol
     return env
+
+
+def _on_python_path(directory: str, python_path: str | None) -> bool:
+    if not python_path:
+        return False
+    target = os.path.normcase(os.path.realpath(directory))
+    return any(entry and os.path.normcase(os.path.realpath(entry)) == target for entry in python_path.split(os.pathsep))
 
 
 # ------------------------------------------------------------------ the wrapper

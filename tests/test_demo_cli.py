@@ -110,3 +110,22 @@ def test_demo_runs_the_examples_shipped_in_the_package() -> None:
         assert (EXAMPLES / name).resolve() == source_copies / name, name
     with pytest.raises(runner.DemoError, match="were not found"):
         runner.find_examples(EXAMPLES / "nowhere")
+
+
+@EXAMPLES_IMPORT
+@pytest.mark.e2e
+@pytest.mark.timeout(90)
+def test_demo_explains_its_trace_and_the_next_step(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [ACP_OTEL, "demo", "--color", "never", "--output", str(tmp_path / "t.json")],
+        env=clean_env(),
+        cwd=str(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    tail = done.stdout.split("wrote ", 1)[1]  # after the waterfall
+    assert "'acp-otel demo' is the demo's own root span" in tail
+    assert "initialize includes starting the agent's process" in tail
+    assert "opentelemetry-instrument python" in tail and "acp-otel proxy -- YOUR AGENT COMMAND" in tail

@@ -73,7 +73,9 @@ def test_corpus_both_ways(tmp_path: Path, mode: str) -> None:
     """The corpus, with a 50 MB line and a final line without newline, each way at once, in each mode."""
     with OtlpSink() as sink:
         env = base_env(**sink.env()) if mode != "tracing-off" else untraced_env()
-        args = ["--no-inject"] if mode == "no-inject" else []
+        # A generous flush bound: on a loaded machine the default (1 s) may end the export early, which the
+        # proxy reports on stderr; this test is about the bytes.
+        args = ["--flush-timeout", "10", *(["--no-inject"] if mode == "no-inject" else [])]
         cases = [*CASES, corpus.BIG] if mode == "injecting" else CASES
         data = corpus.stream(cases, corpus.FINAL)
         agent_got, editor_got, status, stderr = relay(tmp_path, data, data, env, args)
@@ -198,7 +200,11 @@ def test_hostile_meta_both_ways(tmp_path: Path) -> None:
     editor_lines = [json.dumps(m).encode() for m in to_editor]
     with OtlpSink() as sink:
         agent_got, editor_got, status, stderr = relay(
-            tmp_path, b"\n".join(agent_lines) + b"\n", b"\n".join(editor_lines) + b"\n", base_env(**sink.env()), []
+            tmp_path,
+            b"\n".join(agent_lines) + b"\n",
+            b"\n".join(editor_lines) + b"\n",
+            base_env(**sink.env()),
+            ["--flush-timeout", "10"],  # see test_corpus_both_ways
         )
         assert status == 0 and stderr == b""
         for sent_lines, got in ((agent_lines, agent_got), (editor_lines, editor_got)):

@@ -45,7 +45,8 @@ def has(name: str, kind: str, service: str, count: int = 1) -> Any:
 async def test_typescript_agent_untraced_editor(sink: OtlpSink) -> None:
     """Editor untraced -> proxy -> TypeScript SDK agent: the turn works and the proxy records both sides."""
     env = base_env(**sink.env())
-    async with proxied_client(ts_agent_command(), env, ["--notification-spans", "all"]) as run:
+    # --flush-timeout: nothing on stderr even when a loaded machine slows the final export down.
+    async with proxied_client(ts_agent_command(), env, ["--notification-spans", "all", "--flush-timeout", "10"]) as run:
         init = await initialize(run.conn)
         session = await run.conn.new_session(cwd="/tmp", mcp_servers=[])
         result = await prompt(run.conn, session.session_id, "hello")
@@ -54,17 +55,17 @@ async def test_typescript_agent_untraced_editor(sink: OtlpSink) -> None:
     kinds = [getattr(u, "session_update", None) for u in run.client.updates]
     assert kinds == ["agent_message_chunk", "tool_call", "tool_call_update"]
     assert run.returncode == 0 and run.stderr == ""
-    spans = sink.wait_for(has("session/update", "PRODUCER", "agent", 3))
-    turn = the(spans, "session/prompt", "CLIENT", "agent")  # service name derived from `node agent.mjs`
+    spans = sink.wait_for(has("session/update", "PRODUCER", "agent-proxy", 3))
+    turn = the(spans, "session/prompt", "CLIENT", "agent-proxy")  # the proxy: `node agent.mjs` + "-proxy"
     assert turn.parent_id is None and turn.status == "UNSET"
     assert turn.attributes["acp.stop_reason"] == "end_turn"
     assert turn.attributes["acp.session.id"] == session.session_id
     assert turn.attributes["acp.agent.name"] == "ts-test-agent"
-    init_span = the(spans, "initialize", "CLIENT", "agent")
+    init_span = the(spans, "initialize", "CLIENT", "agent-proxy")
     assert init_span.attributes["acp.client.name"] == "test-client"
-    permission = the(spans, "session/request_permission", "CLIENT", "agent")
+    permission = the(spans, "session/request_permission", "CLIENT", "agent-proxy")
     assert permission.status == "UNSET" and permission.attributes["jsonrpc.request.id"] == "0"
-    updates = named(spans, "session/update", "PRODUCER", "agent")
+    updates = named(spans, "session/update", "PRODUCER", "agent-proxy")
     assert sorted(u.attributes["acp.session.update.kind"] for u in updates) == [
         "agent_message_chunk",
         "tool_call",
@@ -108,17 +109,17 @@ async def test_untraced_python_agent_full_turn(sink: OtlpSink) -> None:
     assert result.stop_reason == "end_turn"  # the agent checked the file body, permission and ext answers
     assert run.client.ext_params and run.client.ext_params[0]["value"] == 42
     assert run.returncode == 0
-    spans = sink.wait_for(has("_test.dev/note", "PRODUCER", "trace_agent"))
-    turn = the(spans, "session/prompt", "CLIENT", "trace_agent")
+    spans = sink.wait_for(has("_test.dev/note", "PRODUCER", "trace_agent-proxy"))
+    turn = the(spans, "session/prompt", "CLIENT", "trace_agent-proxy")
     for name in ("fs/read_text_file", "session/request_permission", "_test.dev/echo"):
-        span = the(spans, name, "CLIENT", "trace_agent")
+        span = the(spans, name, "CLIENT", "trace_agent-proxy")
         assert span.status == "UNSET"
         if name != "_test.dev/echo":
             # An untraced agent's session-scoped calls go into its turn.
             assert span.trace_id == turn.trace_id and span.parent_id is not None
         else:  # the agent sent no context (and the extension call names no session): a new root
             assert span.parent_id is None
-    echo = the(spans, "_test.dev/echo", "CLIENT", "trace_agent")
+    echo = the(spans, "_test.dev/echo", "CLIENT", "trace_agent-proxy")
     assert echo.attributes["acp.extension.namespace"] == "test.dev"
     assert not any(FILE_BODY in repr(s.attributes) for s in spans)
 

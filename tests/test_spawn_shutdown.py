@@ -51,7 +51,8 @@ def test_child_environment_rules() -> None:
         "HOME": "/home/u",
     }
     trace_env = {"TRACEPARENT": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"}
-    env = child_environment("python", ["agent.py"], None, parent, trace_env, SITE)
+    # This interpreter in this environment: the sitecustomize entry goes along.
+    env = child_environment(sys.executable, ["agent.py"], None, parent, trace_env, SITE)
     assert env == {
         "OTEL_TRACES_EXPORTER": "otlp",
         "OTEL_SERVICE_NAME": "agent",
@@ -211,6 +212,8 @@ MARKER, MODE = sys.argv[1], sys.argv[2]
 class P(TracerProvider):
     def force_flush(self, timeout_millis=30000):
         open(MARKER, "w").write(str(timeout_millis))
+        if MODE == "stuck":  # an exporter that cannot get rid of its spans in time
+            __import__("time").sleep(5)
         return True
 
 async def main():
@@ -259,3 +262,23 @@ def test_sigterm_exit_status_is_unchanged(tmp_path: Any, mode: str) -> None:
         assert marker.read_text() == str(int(shutdown.FLUSH_TIMEOUT_S * 1000))
     else:
         assert not marker.exists()
+
+
+@pytest.mark.skipif(os.name != "posix", reason="SIGTERM semantics are POSIX")
+def test_sigterm_with_a_flush_that_does_not_finish_says_one_line(tmp_path: Any) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _VICTIM, str(tmp_path / "flushed"), "stuck"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **peer_env()},
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        proc.terminate()
+        assert proc.wait(timeout=10) == -signal.SIGTERM
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.stderr is not None
+    assert proc.stderr.read() == shutdown.SIGTERM_NOT_FLUSHED

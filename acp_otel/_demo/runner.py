@@ -43,6 +43,24 @@ EXCERPT_FALLBACK_LINES = 12
 EXPORT_FAILURE_MARKERS = ("Failed to export", "aborting retry")
 EXPORT_RETRY_MARKER = "Transient error"
 PACKAGED_EXAMPLES = Path(__file__).resolve().parent / "examples"
+ABOUT_LINES = (
+    "what you see:",
+    "  · 'acp-otel demo' is the demo's own root span around the whole run, so that both processes' spans form "
+    "one trace (an editor's spans have roots of their own)",
+    "  · the client's initialize includes starting the agent's process: the agent answers once it is up",
+    "next, trace your own agent:",
+    "  · a Python client or agent on the ACP SDK: opentelemetry-instrument python your_client.py "
+    "(the agents it spawns are traced too)",
+    "  · any editor and agent: make the editor start `acp-otel proxy -- YOUR AGENT COMMAND`, with "
+    "OTEL_EXPORTER_OTLP_ENDPOINT set to your collector",
+)
+
+
+def print_about(out: TextIO) -> None:
+    """What the trace shows that the demo made up or that surprises, and what to do next."""
+    print(file=out)
+    for line in ABOUT_LINES:
+        print(line, file=out)
 
 
 class DemoError(Exception):
@@ -326,6 +344,7 @@ def _run_with_endpoint(
         "(Explore → Tempo → query type Search or TraceQL → the trace id)",
         file=out,
     )
+    print_about(out)
     return 0
 
 
@@ -378,4 +397,5 @@ def _run_with_receiver(
                 "the agent's spans did not arrive (services seen: "
                 f"{', '.join(sorted(services))}); is OTEL_PYTHON_ACP_PROPAGATE_ENV set to false?"
             )
+    print_about(out)
     return 0

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -12,7 +14,9 @@ from .. import _settings as settings
 
 ENV_DEBUG = "OTEL_PYTHON_ACP_PROXY_DEBUG"
 DEFAULT_MAX_LINE_BYTES = 16 * 1024 * 1024
-DEFAULT_FLUSH_TIMEOUT_S = 3.0
+DEFAULT_FLUSH_TIMEOUT_S = 1.0
+"""The default ``--flush-timeout``; equal to ``telemetry.FLUSH_BUDGET_S`` (not imported: this module
+must stay light)."""
 
 DESCRIPTION = (
     "Start CMD with pipes for its stdin and stdout (stderr passes through), relay the ACP messages between "
@@ -22,6 +26,19 @@ DESCRIPTION = (
     "environment (OTEL_EXPORTER_OTLP_ENDPOINT, _PROTOCOL, OTEL_TRACES_SAMPLER, OTEL_RESOURCE_ATTRIBUTES, ...); "
     "the options below override the OTEL_PYTHON_ACP_* variables. Exits with the agent's exit status."
 )
+
+
+_PREFIX_RE = re.compile(r"^(?:acp[_-]otel(?: proxy)?: )+")
+
+
+class DiagnosticFormatter(logging.Formatter):
+    """``-v`` diagnostics: ``acp-otel proxy: MESSAGE`` (``acp-otel proxy: opentelemetry...: MESSAGE`` for
+    the OpenTelemetry SDK's own), never a doubled prefix whatever prefix a message already carries."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        message = _PREFIX_RE.sub("", super().format(record))
+        source = "" if record.name.split(".")[0] == "acp_otel" else f"{record.name}: "
+        return f"acp-otel proxy: {source}{message}"
 
 
 @dataclass(frozen=True)
@@ -39,7 +56,9 @@ class ProxyOptions:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the proxy's options and the agent command to ``parser``."""
     parser.add_argument(
-        "--service-name", metavar="NAME", help="service.name of the proxy's spans (default: derived from CMD)"
+        "--service-name",
+        metavar="NAME",
+        help="service.name of the proxy's spans (default: CMD's name + '-proxy'; the agent is named after CMD)",
     )
     parser.add_argument(
         "--capture-content",
@@ -85,7 +104,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=DEFAULT_FLUSH_TIMEOUT_S,
         metavar="SECONDS",
-        help=f"at most this long exporting spans after the agent exits (default {DEFAULT_FLUSH_TIMEOUT_S:g})",
+        help=f"at most this long exporting what is left after the agent exits (default {DEFAULT_FLUSH_TIMEOUT_S:g})",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help=f"diagnostics on stderr (also: {ENV_DEBUG}=true)")
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]", help="the agent command")

@@ -26,7 +26,8 @@ import threading
 import time
 from typing import Any
 
-from .options import ProxyOptions
+from .._child_env import proxy_agent_environment
+from .options import DiagnosticFormatter, ProxyOptions
 
 _log = logging.getLogger("acp_otel")
 
@@ -47,7 +48,7 @@ def _configure_logging(verbose: bool) -> None:
         logger.propagate = False
         if verbose:
             handler = logging.StreamHandler(sys.stderr)
-            handler.setFormatter(logging.Formatter("acp-otel proxy: %(name)s: %(message)s"))
+            handler.setFormatter(DiagnosticFormatter())
             logger.addHandler(handler)
             logger.setLevel(logging.DEBUG)
         else:
@@ -89,8 +90,9 @@ def _child_setup() -> Any:
 
 def _spawn(command: tuple[str, ...]) -> subprocess.Popen[bytes] | int:
     try:
+        env = proxy_agent_environment(os.environ, command)  # see acp_otel._child_env: what the agent inherits
         return subprocess.Popen(
-            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, preexec_fn=_child_setup()
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, env=env, preexec_fn=_child_setup()
         )
     except FileNotFoundError:
         sys.stderr.write(f"acp-otel proxy: {command[0]}: command not found\n")
@@ -131,11 +133,11 @@ class _Signals:
 def _build_tracer(options: ProxyOptions) -> tuple[Any, Any]:
     """The telemetry and the message tracer (``None`` when tracing is off); never raises."""
     try:
+        from .._child_env import proxy_service_name
         from .._settings import load_settings
-        from .._spawn import service_name_for_command
         from . import telemetry
 
-        derived = options.service_name or service_name_for_command(options.command[0], options.command[1:])
+        derived = options.service_name or proxy_service_name(options.command)
         tel = telemetry.configure(derived, explicit_service_name=options.service_name is not None)
         if not tel.enabled:
             return tel, None
@@ -235,9 +237,9 @@ def run(options: ProxyOptions) -> int:
     if tracer is not None:
         how = f"signal {-returncode}" if returncode < 0 else f"status {returncode}"
         tracer.close(f"agent exited with {how}")
-    flush_timeout_s = signals.flush_timeout(options.flush_timeout_s)
-    if tel is not None and not tel.flush(flush_timeout_s):
-        _log.debug("acp_otel proxy: flush did not finish within %.1f s", flush_timeout_s)
+    if tel is not None:
+        # Bounded (tighter after a forwarded signal); says in one line what could not be exported.
+        tel.finish(signals.flush_timeout(options.flush_timeout_s))
     if returncode < 0:
         _die_of(-returncode)
     return returncode

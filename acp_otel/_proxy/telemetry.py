@@ -18,17 +18,27 @@ Metrics (for the engine's agent-layer instruments): ``OTEL_METRICS_EXPORTER`` (`
 (read by the periodic reader); built only when asked for by :func:`meter_provider_from_env`.
 
 Export runs in the batch processor's and the metric reader's threads, so a dead endpoint never blocks
-the relay; the final flush is bounded by :meth:`Telemetry.flush`'s timeout.
+the relay. Exit stays within an editor's patience: spans are exported continuously (a batch every
+:data:`SCHEDULE_DELAY_MS` unless ``OTEL_BSP_SCHEDULE_DELAY`` says otherwise), one OTLP export gives up
+after :data:`EXPORT_TIMEOUT_S` (unless ``OTEL_EXPORTER_OTLP_[TRACES_]TIMEOUT`` says otherwise), and the
+final flush waits at most :data:`FLUSH_BUDGET_S` (:meth:`Telemetry.finish`).
+
+What could not be exported, and every setting that was rejected, is said in one line on stderr at exit
+(:meth:`Telemetry.finish`), with the reason: nothing listening at the endpoint, an endpoint that answers
+another protocol, a flush that did not finish in time.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
+import socket
 import sys
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TextIO
+from urllib.parse import urlsplit
 
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
@@ -38,38 +48,63 @@ _log = logging.getLogger("acp_otel")
 
 _UNKNOWN_SERVICE = "unknown_service"
 
+FLUSH_BUDGET_S = 1.0
+"""Upper bound of the proxy's final flush: the SDK's ``spawn_stdio_transport`` sends SIGTERM 2 s after
+closing the agent's stdin, ``acpx`` SIGKILLs 1.5 s after its SIGTERM; the agent's own exit comes first."""
+EXPORT_TIMEOUT_S = 0.8
+"""One OTLP export (with its retries) gives up after this long, unless ``OTEL_EXPORTER_OTLP_[TRACES_]TIMEOUT``
+is set: the exporter's default (10 s, retrying with back-off) would hold a flush far past any editor's grace."""
+SCHEDULE_DELAY_MS = 200
+"""The batch processor exports every 200 ms (the SDK's default is 5 s), so little is left to flush at exit."""
+PROBE_TIMEOUT_S = 0.3
+PREFIX = "acp-otel proxy: "
+_DEFAULT_HTTP = "http://localhost:4318"
+_DEFAULT_GRPC = "http://localhost:4317"
+
 
 def _env(name: str) -> str:
     return os.environ.get(name, "").strip()
 
 
-class _Deferred(SpanExporter):
-    """A span exporter built on first use, in the batch processor's thread.
+class _Accounted(SpanExporter):
+    """A span exporter that counts what it exported and what it lost, and for ``otlp`` is built on first
+    use, in the batch processor's thread.
 
     Building the OTLP exporter imports requests and protobuf (~100 ms); deferring it keeps that off
     the path from the agent's start to the editor's first answer. Implements the ``SpanExporter``
     interface by delegation.
     """
 
-    def __init__(self, name: str) -> None:
-        self._name = name
+    def __init__(self, name: str, exporter: Any = None) -> None:
+        self.name = name
         self._lock = threading.Lock()
-        self._exporter: Any = None
+        self._exporter: Any = exporter
         self._failed = False
+        self.exported = 0
+        self.lost = 0
 
     def _get(self) -> Any:
         with self._lock:
             if self._exporter is None and not self._failed:
                 try:
-                    self._exporter = _exporter(self._name)
+                    self._exporter = _exporter(self.name)
                 except Exception:
-                    _log.debug("acp_otel proxy: could not build the %r exporter", self._name, exc_info=True)
+                    _log.warning("could not build the %r exporter", self.name, exc_info=_log.isEnabledFor(10))
                 self._failed = self._exporter is None
             return self._exporter
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         exporter = self._get()
-        return exporter.export(spans) if exporter is not None else SpanExportResult.FAILURE
+        result = SpanExportResult.FAILURE
+        try:
+            if exporter is not None:
+                result = exporter.export(spans)
+        finally:
+            if result is SpanExportResult.SUCCESS:
+                self.exported += len(spans)
+            else:
+                self.lost += len(spans)
+        return result
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         exporter = self._exporter
@@ -80,18 +115,44 @@ class _Deferred(SpanExporter):
             self._exporter.shutdown()
 
 
+def _export_timeout(signal_name: str) -> float | None:
+    """``EXPORT_TIMEOUT_S`` unless the environment sets the exporter's timeout (then the exporter reads it)."""
+    if _env(f"OTEL_EXPORTER_OTLP_{signal_name}_TIMEOUT") or _env("OTEL_EXPORTER_OTLP_TIMEOUT"):
+        return None
+    return EXPORT_TIMEOUT_S
+
+
+def otlp_protocol(signal_name: str = "TRACES") -> str:
+    """The OTLP protocol in effect: ``grpc`` or ``http/protobuf`` (the default, also for an unsupported value)."""
+    protocol = (_env(f"OTEL_EXPORTER_OTLP_{signal_name}_PROTOCOL") or _env("OTEL_EXPORTER_OTLP_PROTOCOL")).lower()
+    return "grpc" if protocol == "grpc" else "http/protobuf"
+
+
+def traces_endpoint() -> tuple[str, bool]:
+    """The OTLP traces endpoint the exporter uses, and whether it is the default (nothing configured)."""
+    grpc = otlp_protocol() == "grpc"
+    specific = _env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    if specific:
+        return specific, False
+    base = _env("OTEL_EXPORTER_OTLP_ENDPOINT")
+    if grpc:
+        return base or _DEFAULT_GRPC, not base
+    return (base or _DEFAULT_HTTP).rstrip("/") + "/v1/traces", not base
+
+
 def _exporter(name: str) -> Any:
     if name == "otlp":
         protocol = (_env("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or _env("OTEL_EXPORTER_OTLP_PROTOCOL")).lower()
+        timeout = _export_timeout("TRACES")
         if protocol == "grpc":
             from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
 
-            return GrpcExporter()
+            return GrpcExporter(timeout=timeout)
         if protocol not in ("", "http/protobuf"):
-            _log.warning("acp_otel proxy: OTLP protocol %r is not supported; using http/protobuf", protocol)
+            _log.warning("OTLP protocol %r is not supported; using http/protobuf", protocol)
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-        return OTLPSpanExporter()
+        return OTLPSpanExporter(timeout=timeout)
     if name == "console":
         from opentelemetry.sdk.trace.export import ConsoleSpanExporter
 
@@ -100,25 +161,26 @@ def _exporter(name: str) -> Any:
 
     for entry_point in entry_points(group="opentelemetry_traces_exporter", name=name):
         return entry_point.load()()
-    _log.warning("acp_otel proxy: unknown traces exporter %r ignored", name)
+    _log.warning("unknown traces exporter %r (OTEL_TRACES_EXPORTER) ignored", name)
     return None
 
 
 def _metric_exporter(name: str) -> Any:
     if name == "otlp":
         protocol = (_env("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL") or _env("OTEL_EXPORTER_OTLP_PROTOCOL")).lower()
+        timeout = _export_timeout("METRICS")
         if protocol == "grpc":
             from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as Grpc
 
-            return Grpc()
+            return Grpc(timeout=timeout)
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 
-        return OTLPMetricExporter()
+        return OTLPMetricExporter(timeout=timeout)
     if name == "console":
         from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
 
         return ConsoleMetricExporter(out=sys.stderr)
-    _log.warning("acp_otel proxy: unsupported metrics exporter %r ignored", name)
+    _log.warning("unsupported metrics exporter %r (OTEL_METRICS_EXPORTER) ignored", name)
     return None
 
 
@@ -137,13 +199,85 @@ def meter_provider_from_env(resource: Any) -> Any:
     return MeterProvider(metric_readers=readers, resource=resource, shutdown_on_exit=False)
 
 
+class _Collector(logging.Handler):
+    """Keeps the warnings of ``acp_otel`` (rejected settings, unknown exporters) and the errors of the
+    OpenTelemetry exporters, for the exit report."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.warnings: list[str] = []
+        self.export_errors: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            message = strip_prefix(record.getMessage()).splitlines()[0] if record.getMessage() else ""
+        except Exception:
+            return
+        target = self.warnings if record.name.split(".")[0] == "acp_otel" else self.export_errors
+        if message and message not in target and len(target) < 20:
+            target.append(message)
+
+
+_PREFIX_RE = re.compile(r"^(?:acp[_-]otel(?: proxy)?: )+")
+
+
+def strip_prefix(message: str) -> str:
+    """A diagnostic without its ``acp_otel: `` / ``acp_otel proxy: `` prefixes (the handler adds one)."""
+    return _PREFIX_RE.sub("", message)
+
+
+def _probe(url: str) -> str:
+    """``refused``, ``silent`` (no answer in time), ``open`` or ``unresolved`` for the endpoint's host and port."""
+    parts = urlsplit(url if "://" in url else f"http://{url}")
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return "unresolved"
+    try:
+        with socket.create_connection((parts.hostname or "localhost", port), timeout=PROBE_TIMEOUT_S):
+            return "open"
+    except ConnectionRefusedError:
+        return "refused"
+    except TimeoutError:
+        return "silent"
+    except OSError:
+        return "unresolved"
+
+
+def why_not_exported(endpoint: str, protocol: str, errors: list[str]) -> str:
+    """Why an endpoint did not take spans, from a probe of its port and the exporters' errors."""
+    state = _probe(endpoint)
+    if state == "refused":
+        return "nothing is listening there"
+    if state == "silent":
+        return "it does not answer"
+    if state == "unresolved":
+        return "its host cannot be reached"
+    code = next((m.group(1) for e in errors if (m := re.search(r"code: (\d{3})", e))), None)
+    answered = f"it answered HTTP {code}" if code else "it did not take them"
+    if protocol == "grpc":
+        return f"{answered} over OTLP/gRPC (an OTLP/HTTP port? OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf selects HTTP)"
+    if code in (None, "400", "404", "405", "415", "505"):
+        return f"{answered} over OTLP/HTTP (an OTLP/gRPC port? OTEL_EXPORTER_OTLP_PROTOCOL=grpc selects gRPC)"
+    return answered
+
+
+def describe_loss(lost: int, exported: int, endpoint: str, default: bool, protocol: str, errors: list[str]) -> str:
+    """Why spans did not arrive, in one sentence (probes the endpoint's port)."""
+    what = f"{lost} span{'s' if lost != 1 else ''}" if not exported else f"{lost} of {lost + exported} spans"
+    where = f"{endpoint} (the default endpoint: OTEL_EXPORTER_OTLP_ENDPOINT is not set)" if default else endpoint
+    return f"{what} not exported to {where}: {why_not_exported(endpoint, protocol, errors)}"
+
+
 class Telemetry:
     """A tracer provider with batch export (or nothing at all when tracing is off), and optionally a
     meter provider for the engine's metrics."""
 
-    def __init__(self, provider: Any) -> None:
+    def __init__(self, provider: Any, exporters: Sequence[_Accounted] = (), collector: _Collector | None = None):
         self.provider = provider
         self.meter_provider: Any = None
+        self.exporters = list(exporters)
+        self.collector = collector
 
     def add_meter_provider(self) -> Any:
         """Build the meter provider from the environment (same resource as the spans); ``None`` if off."""
@@ -160,7 +294,7 @@ class Telemetry:
 
         return trace.get_tracer("acp_otel._proxy", __version__, tracer_provider=self.provider)
 
-    def flush(self, timeout_s: float) -> bool:
+    def flush(self, timeout_s: float = FLUSH_BUDGET_S) -> bool:
         """Export what is buffered, waiting at most ``timeout_s`` (the SDK's own flush has no bound)."""
         if self.provider is None:
             return True
@@ -172,27 +306,72 @@ class Telemetry:
                 if self.meter_provider is not None:
                     self.meter_provider.force_flush()
             except Exception:
-                _log.debug("acp_otel proxy: flush failed", exc_info=True)
+                _log.debug("flush failed", exc_info=True)
             finally:
                 done.set()
 
         threading.Thread(target=run, name="acp-otel-flush", daemon=True).start()
         return done.wait(timeout_s)
 
+    def problems(self, flushed: bool, timeout_s: float) -> list[str]:
+        """What went wrong with telemetry: rejected settings, spans not exported and why."""
+        found = list(self.collector.warnings) if self.collector is not None else []
+        otlp = [e for e in self.exporters if e.name == "otlp"]
+        lost = sum(e.lost for e in otlp)
+        exported = sum(e.exported for e in otlp)
+        errors = self.collector.export_errors if self.collector is not None else []
+        endpoint, default = traces_endpoint()
+        if lost:
+            found.append(describe_loss(lost, exported, endpoint, default, otlp_protocol(), errors))
+        if not flushed:
+            unfinished = f"the export had not finished after {timeout_s:g} s (--flush-timeout); the rest is lost"
+            if otlp and not lost:  # still trying: say where to, and what the endpoint looks like
+                why = why_not_exported(endpoint, otlp_protocol(), errors)
+                unfinished = f"the export to {endpoint} had not finished after {timeout_s:g} s (--flush-timeout); "
+                unfinished += "the rest is lost" + ("" if why.startswith("it did not take") else f" ({why})")
+            found.append(unfinished)
+        return found
+
+    def finish(self, timeout_s: float = FLUSH_BUDGET_S, err: TextIO | None = None) -> bool:
+        """At exit: flush (at most ``timeout_s``), then say in ONE line on stderr what could not be exported
+        and which settings were rejected, if anything; ``True`` if there was nothing to say."""
+        flushed = self.flush(timeout_s)
+        try:
+            found = self.problems(flushed, timeout_s)
+        except Exception:
+            _log.debug("could not describe the export", exc_info=True)
+            return flushed
+        if found:
+            stream = err if err is not None else sys.stderr
+            try:
+                stream.write(PREFIX + "telemetry: " + "; ".join(found) + "\n")
+                stream.flush()
+            except Exception:
+                pass
+        return not found
+
 
 def configure(service_name: str, explicit_service_name: bool) -> Telemetry:
     """Build the provider from the environment; ``service_name`` applies unless the environment names one.
 
     ``explicit_service_name`` (``--service-name`` given) makes ``service_name`` win over the environment.
+    Also starts collecting, for :meth:`Telemetry.finish`, the warnings logged from here on (rejected
+    settings) and the exporters' errors.
     """
+    collector = _Collector()
+    for name in ("acp_otel", "opentelemetry.exporter"):
+        logger = logging.getLogger(name)
+        for old in [h for h in logger.handlers if isinstance(h, _Collector)]:  # configured again (tests)
+            logger.removeHandler(old)
+        logger.addHandler(collector)
     if _env("OTEL_SDK_DISABLED").lower() == "true":
-        return Telemetry(None)
+        return Telemetry(None, collector=collector)
     names = [n.strip().lower() for n in (_env("OTEL_TRACES_EXPORTER") or "otlp").split(",") if n.strip()]
     # Only the OTLP exporter is deferred: another name may be unknown, which must be known now.
-    built: list[Any] = [_Deferred(n) if n == "otlp" else _exporter(n) for n in names if n != "none"]
-    exporters: list[SpanExporter] = [e for e in built if e is not None]
+    built = [_Accounted(n) if n == "otlp" else _exporter(n) for n in names if n != "none"]
+    exporters = [e if isinstance(e, _Accounted) else _Accounted("other", e) for e in built if e is not None]
     if not exporters:
-        return Telemetry(None)
+        return Telemetry(None, collector=collector)
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -203,6 +382,7 @@ def configure(service_name: str, explicit_service_name: bool) -> Telemetry:
         resource = resource.merge(Resource({"service.name": service_name}))
     # No exit hook: the proxy flushes itself, bounded, before it exits.
     provider = TracerProvider(resource=resource, shutdown_on_exit=False)
+    delay = None if _env("OTEL_BSP_SCHEDULE_DELAY") else SCHEDULE_DELAY_MS
     for exporter in exporters:
-        provider.add_span_processor(BatchSpanProcessor(exporter))
-    return Telemetry(provider)
+        provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=delay))
+    return Telemetry(provider, exporters, collector)

@@ -1,0 +1,404 @@
+"""Telemetry along editor -> proxy -> agent: what each hop inherits and is called, console exporters kept
+off the protocol, and what the proxy says at exit when nothing could be exported (real processes)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from harness import base_env
+from otlp_grpc_receiver import GrpcOtlpReceiver
+from otlp_sink import OtlpSink, closed_port
+from sdk_versions import EXAMPLES_IMPORT
+
+from acp_otel import _child_env as ce
+from acp_otel._spawn import auto_instrumentation_dir, child_environment
+
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
+EXAMPLE_AGENT = str(REPO / "examples" / "agent.py")
+STANDIN = str(TESTS / "peers" / "editor_standin.py")
+PROXY = [sys.executable, "-m", "acp_otel.cli", "proxy"]
+BIN = Path(sys.executable).parent
+INSTRUMENT = str(BIN / "opentelemetry-instrument")
+PROXY_LINE = re.compile(r"^acp-otel proxy: ", re.MULTILINE)
+
+
+# ------------------------------------------------------------------ service names and environments
+
+
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        (["node", "/opt/x/node_modules/@zed-industries/claude-agent-acp/dist/index.js"], "claude-agent-acp"),
+        (["bash", "-c", "exec npx -y @zed-industries/claude-code-acp@latest"], "claude-code-acp"),
+        (["env", "A=1", "uv", "run", "--with", "rich", "kimi", "acp"], "kimi"),
+        (["uvx", "kimi-cli", "acp"], "kimi-cli"),
+        (["npx", "-y", "@qwen-code/qwen-code", "--acp"], "qwen-code"),
+        (["python3", "-m", "kimi_cli.cli", "acp"], "kimi_cli"),
+        (["python3", "-m", "acme.agents.coder"], "coder"),
+        (["opentelemetry-instrument", "--traces_exporter", "otlp", "python", "agent.py"], "agent"),
+        (["acp-otel", "proxy", "--service-name", "x", "--", "python", "agent.py"], "agent-proxy"),
+        ([sys.executable, "-m", "acp_otel.cli", "proxy", "--", "node", "dist/agent.js"], "agent-proxy"),
+        (["/usr/local/bin/gemini", "--experimental-acp"], "gemini"),
+    ],
+)
+def test_service_names_see_through_wrappers(command: list[str], expected: str) -> None:
+    assert ce.service_name_for_command(command[0], command[1:]) == expected
+
+
+def test_a_node_script_is_named_after_its_package_json(tmp_path: Path) -> None:
+    package = tmp_path / "some-dir"
+    (package / "dist").mkdir(parents=True)
+    (package / "package.json").write_text(json.dumps({"name": "@acme/real-agent"}))
+    (package / "dist" / "index.js").write_text("")
+    assert ce.service_name_for_command("node", [str(package / "dist" / "index.js")]) == "real-agent"
+
+
+def _other_python() -> str | None:
+    """A Python interpreter of another version than this one (pyenv has 3.10 - 3.13)."""
+    mine = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    for version in ("3.13", "3.12", "3.10", "3.11"):
+        found = shutil.which(f"python{version}")
+        if found and f"python{version}" != mine:
+            return found
+    return None
+
+
+def test_sitecustomize_only_reaches_the_same_interpreter_and_environment(tmp_path: Path) -> None:
+    assert ce.sitecustomize_belongs(sys.executable, ["agent.py"], sys.executable)
+    script = tmp_path / "my-agent"
+    script.write_text(f"#!{sys.executable}\nprint(1)\n")
+    script.chmod(0o755)
+    assert ce.sitecustomize_belongs(str(script), [], sys.executable)  # a console script of this environment
+    assert not ce.sitecustomize_belongs("acp-otel", ["proxy", "--", sys.executable, "a.py"], sys.executable)
+    assert not ce.sitecustomize_belongs("node", ["agent.js"], sys.executable)
+    other = _other_python()
+    if other is not None:
+        assert not ce.sitecustomize_belongs(other, ["agent.py"], sys.executable)
+    # Another virtual environment of the very same base interpreter is another environment.
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True, timeout=120)
+    assert not ce.sitecustomize_belongs(str(tmp_path / "venv" / "bin" / "python"), ["a.py"], sys.executable)
+
+
+def test_editor_to_child_environment() -> None:
+    site = auto_instrumentation_dir()
+    assert site is not None
+    parent = {
+        "OTEL_TRACES_EXPORTER": "console,otlp",
+        "OTEL_METRICS_EXPORTER": "console",
+        "OTEL_SERVICE_NAME": "editor",
+        "PYTHONPATH": site,
+    }
+    env = child_environment(sys.executable, ["agent.py"], None, parent, {}, site)
+    assert env["OTEL_TRACES_EXPORTER"] == "otlp" and env["OTEL_METRICS_EXPORTER"] == "none"
+    assert env["OTEL_SERVICE_NAME"] == "agent" and env["PYTHONPATH"] == site
+    # The proxy: no sitecustomize, no service name (it names itself and its agent).
+    env = child_environment("acp-otel", ["proxy", "--", sys.executable, "agent.py"], None, parent, {}, site)
+    assert "PYTHONPATH" not in env and "OTEL_SERVICE_NAME" not in env
+    # An agent on another interpreter: no sitecustomize.
+    env = child_environment("node", ["agent.js"], None, parent, {}, site)
+    assert "PYTHONPATH" not in env
+    # Even a caller's explicit console exporter never reaches a stdio child.
+    env = child_environment("node", ["agent.js"], {"OTEL_TRACES_EXPORTER": "console"}, parent, {}, site)
+    assert env["OTEL_TRACES_EXPORTER"] == "none"
+
+
+def test_proxy_to_agent_environment(tmp_path: Path) -> None:
+    site = auto_instrumentation_dir()
+    assert site is not None
+    environ = {"OTEL_TRACES_EXPORTER": "console", "PYTHONPATH": os.pathsep.join([site, "/app"]), "HOME": "/h"}
+    env = ce.proxy_agent_environment(environ, ["node", "dist/agent.js"])
+    assert env == {"OTEL_TRACES_EXPORTER": "none", "OTEL_SERVICE_NAME": "agent", "PYTHONPATH": "/app", "HOME": "/h"}
+    env = ce.proxy_agent_environment(environ, [sys.executable, "agent.py"])
+    assert env["PYTHONPATH"] == os.pathsep.join([site, "/app"])  # the same interpreter: kept
+    env = ce.proxy_agent_environment({"OTEL_SERVICE_NAME": "mine"}, ["node", "dist/agent.js"])
+    assert env["OTEL_SERVICE_NAME"] == "mine"  # the user's name is kept
+
+
+# ------------------------------------------------------------------ console exporters and stdout
+
+
+@EXAMPLES_IMPORT
+async def test_console_exporters_never_reach_a_stdio_agents_stdout() -> None:
+    """A zero-code agent told to export spans and metrics to the console: every byte on its stdout is
+    protocol, and the spans appear on its stderr instead (not lost)."""
+    from acp import ClientSideConnection
+
+    sys.path.insert(0, str(REPO / "examples"))
+    try:
+        import client as example_client  # type: ignore[import-not-found]
+    finally:
+        sys.path.pop(0)
+    env = base_env(
+        OTEL_TRACES_EXPORTER="console",
+        OTEL_METRICS_EXPORTER="console",
+        OTEL_LOGS_EXPORTER="none",
+        OTEL_BSP_SCHEDULE_DELAY="50",
+        OTEL_METRIC_EXPORT_INTERVAL="100",
+    )
+    proc = await asyncio.create_subprocess_exec(
+        INSTRUMENT,
+        sys.executable,
+        EXAMPLE_AGENT,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+    )
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    raw = bytearray()
+    reader = asyncio.StreamReader(limit=2**24)
+
+    async def tee() -> None:
+        assert proc.stdout is not None
+        while chunk := await proc.stdout.read(65536):
+            raw.extend(chunk)
+            reader.feed_data(chunk)
+        reader.feed_eof()
+
+    stderr_task = asyncio.ensure_future(proc.stderr.read())
+    tee_task = asyncio.ensure_future(tee())
+    conn = ClientSideConnection(lambda _c: example_client.ExampleClient(), proc.stdin, reader)
+    from acp import PROTOCOL_VERSION
+    from acp.schema import TextContentBlock
+
+    await asyncio.wait_for(conn.initialize(protocol_version=PROTOCOL_VERSION), 60)
+    session = await asyncio.wait_for(conn.new_session(cwd=str(REPO), mcp_servers=[]), 30)
+    await asyncio.wait_for(
+        conn.prompt(session_id=session.session_id, prompt=[TextContentBlock(type="text", text="hi")]), 30
+    )
+    await asyncio.sleep(0.5)  # a few schedule delays and metric intervals while connected
+    proc.stdin.close()
+    await asyncio.wait_for(proc.wait(), 30)
+    await asyncio.wait_for(tee_task, 10)
+    stderr = (await asyncio.wait_for(stderr_task, 10)).decode("utf-8", "replace")
+    with contextlib.suppress(Exception):
+        await conn.close()
+
+    lines = bytes(raw).split(b"\n")
+    assert lines[-1] == b""
+    for line in lines[:-1]:
+        assert line.startswith(b'{"') and line.endswith(b"}"), bytes(raw)[:3000]
+        message = json.loads(line)  # nothing but JSON-RPC on stdout
+        assert isinstance(message, dict) and message.get("jsonrpc") == "2.0", line[:200]
+    assert '"name": "session/prompt"' in stderr, stderr[-2000:]  # the spans went to stderr
+    assert '"resource_metrics"' in stderr, stderr[-2000:]  # and so did the metrics
+
+
+# ------------------------------------------------------------------ the proxy's exit report
+
+
+def _run_editor(
+    agent: list[str], *, traced: bool, editor_env: dict[str, str] | None = None, agent_env: dict[str, str] | None = None
+) -> tuple[dict[str, Any], str]:
+    """Run the editor stand-in (zero-code traced or not); its result line and its stderr (which the
+    spawned process inherits)."""
+    env = base_env(**(editor_env or {}))
+    # A long grace before SIGTERM: a loaded machine must not turn a slow exit into a kill; how long the
+    # exit took is compared instead.
+    command = [sys.executable, STANDIN, "--agent-env", json.dumps(agent_env or {}), "--grace", "15", "--", *agent]
+    if traced:
+        command = [INSTRUMENT, *command]
+        # The zero-code editor's own start and export are not what is compared.
+        env.setdefault("OTEL_METRICS_EXPORTER", "none")
+        env.setdefault("OTEL_LOGS_EXPORTER", "none")
+        env.setdefault("OTEL_SERVICE_NAME", "editor")
+    out = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env, cwd=str(REPO))
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["stop"] == "end_turn", result
+    return result, out.stderr
+
+
+def _proxy_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if PROXY_LINE.match(line)]
+
+
+@contextlib.contextmanager
+def _nothing_on_default_port() -> Iterator[None]:
+    """Hold the default OTLP/HTTP port (4318) bound on loopback without listening: connecting is refused."""
+    holder = socket.socket()
+    try:
+        holder.bind(("127.0.0.1", 4318))
+    except OSError:
+        holder.close()
+        pytest.skip("something else holds port 4318 on this machine")
+    try:
+        yield
+    finally:
+        holder.close()
+
+
+def _check_one_line_and_quick(stderr: str, result: dict[str, Any], baseline: dict[str, Any], *expected: str) -> None:
+    lines = _proxy_lines(stderr)
+    assert len(lines) == 1, stderr[-3000:]
+    for text in expected:
+        assert text in lines[0], lines[0]
+    # The proxy exited by itself when its stdin closed, and the editor's shutdown took about as long as
+    # with the agent alone: a generous margin for a shared machine, yet below the 3 s an unbounded export
+    # (or the former 3 s flush bound) would take; the SDK's own grace is 2 s.
+    assert result["returncode"] == 0, result
+    assert result["shutdown_s"] < baseline["shutdown_s"] + 2.0, (result, baseline)
+
+
+AGENT = [sys.executable, EXAMPLE_AGENT]
+PROXIED = [*PROXY, "--", sys.executable, EXAMPLE_AGENT]
+
+
+@EXAMPLES_IMPORT
+@pytest.mark.e2e
+def test_untraced_editor_no_backend_one_line() -> None:
+    """An untraced SDK editor trims the environment: the proxy exports to the default endpoint."""
+    with _nothing_on_default_port():
+        baseline, _ = _run_editor(AGENT, traced=False)
+        result, stderr = _run_editor(PROXIED, traced=False)
+    _check_one_line_and_quick(
+        stderr,
+        result,
+        baseline,
+        "not exported to http://localhost:4318/v1/traces",
+        "the default endpoint",
+        "nothing is listening",
+    )
+
+
+@EXAMPLES_IMPORT
+@pytest.mark.e2e
+@pytest.mark.parametrize("traced", [False, True], ids=["untraced-editor", "zero-code-editor"])
+def test_endpoint_down_one_line(traced: bool) -> None:
+    endpoint = f"http://127.0.0.1:{closed_port()}"
+    otel = {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"}
+    # The untraced editor passes the settings in the agent's env= (as an editor's agent configuration);
+    # the zero-code editor has them itself and acp-otel passes them on.
+    baseline, _ = _run_editor(AGENT, traced=False)
+    result, stderr = _run_editor(
+        PROXIED, traced=traced, editor_env=otel if traced else None, agent_env=None if traced else otel
+    )
+    _check_one_line_and_quick(stderr, result, baseline, f"not exported to {endpoint}/v1/traces", "nothing is listening")
+
+
+@EXAMPLES_IMPORT
+@pytest.mark.e2e
+def test_http_exporter_at_a_grpc_port_one_line() -> None:
+    baseline, _ = _run_editor(AGENT, traced=False)
+    with GrpcOtlpReceiver() as receiver:
+        otel = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"}
+        result, stderr = _run_editor(PROXIED, traced=True, editor_env=otel)
+    _check_one_line_and_quick(stderr, result, baseline, receiver.endpoint, "over OTLP/HTTP", "PROTOCOL=grpc")
+
+
+@EXAMPLES_IMPORT
+@pytest.mark.e2e
+def test_grpc_exporter_at_an_http_port_one_line() -> None:
+    baseline, _ = _run_editor(AGENT, traced=False)
+    with OtlpSink() as sink:
+        otel = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{sink.port}", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}
+        result, stderr = _run_editor(PROXIED, traced=False, agent_env=otel)
+    _check_one_line_and_quick(stderr, result, baseline, f"127.0.0.1:{sink.port}", "over OTLP/gRPC")
+
+
+@EXAMPLES_IMPORT
+@pytest.mark.e2e
+@pytest.mark.parametrize("verbose", [False, True], ids=["quiet", "verbose"])
+def test_a_rejected_setting_is_said_once_without_doubled_prefixes(verbose: bool) -> None:
+    with OtlpSink() as sink:
+        env = {**sink.env(), "OTEL_PYTHON_ACP_TOOL_SPANS": "sometimes"}
+        # --flush-timeout: a loaded machine must not slow the final export past the bound (also reported).
+        proxy = [*PROXY, *(["-v"] if verbose else []), "--flush-timeout", "10", "--", sys.executable, EXAMPLE_AGENT]
+        _result, stderr = _run_editor(proxy, traced=False, agent_env=env)
+        sink.wait_for(lambda spans: any(s.name == "session/prompt" for s in spans))
+    lines = _proxy_lines(stderr)
+    report = [line for line in lines if "telemetry:" in line]
+    assert len(report) == 1 and "'sometimes'" in report[0] and "OTEL_PYTHON_ACP_TOOL_SPANS" in report[0], lines
+    assert "not exported" not in report[0]  # the spans did arrive
+    if not verbose:
+        assert lines == report
+    for line in lines:
+        assert not re.search(r"acp[-_]otel[^:]*: (\S+: )?acp[-_]otel", line), line
+
+
+@EXAMPLES_IMPORT
+@pytest.mark.e2e
+def test_all_exported_and_nothing_rejected_says_nothing() -> None:
+    with OtlpSink() as sink:
+        proxied = [*PROXY, "--flush-timeout", "10", "--", sys.executable, EXAMPLE_AGENT]  # see above
+        _result, stderr = _run_editor(proxied, traced=False, agent_env=sink.env())
+        sink.wait_for(lambda spans: any(s.name == "session/prompt" for s in spans))
+    assert _proxy_lines(stderr) == []
+
+
+# ------------------------------------------------------------------ service names per hop
+
+
+@EXAMPLES_IMPORT
+@pytest.mark.e2e
+def test_each_hop_has_its_own_service_name() -> None:
+    """A zero-code editor spawns ``acp-otel proxy -- opentelemetry-instrument python agent.py``: three
+    services, named after what each runs; with ``--service-name`` only the proxy's changes."""
+    agent = [INSTRUMENT, sys.executable, EXAMPLE_AGENT]
+    with OtlpSink() as sink:
+        _run_editor([*PROXY, "--flush-timeout", "10", "--", *agent], traced=True, editor_env=sink.env())
+        spans = sink.wait_for(lambda s: {"editor", "agent-proxy", "agent"} <= {x.service for x in s})
+        assert {s.service for s in spans} == {"editor", "agent-proxy", "agent"}
+    with OtlpSink() as sink:
+        proxy = [*PROXY, "--flush-timeout", "10", "--service-name", "my-proxy", "--", *agent]
+        _run_editor(proxy, traced=True, editor_env=sink.env())
+        spans = sink.wait_for(lambda s: {"editor", "my-proxy", "agent"} <= {x.service for x in s})
+        assert {s.service for s in spans} == {"editor", "my-proxy", "agent"}
+
+
+def test_an_export_still_running_at_the_bound_is_reported_with_the_endpoint(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In process: an OTLP export that does not finish within the flush bound, to an endpoint where nothing
+    listens: one line naming the endpoint, the bound and the reason."""
+    import io
+    import threading
+
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExportResult
+
+    from acp_otel._proxy import telemetry
+
+    release = threading.Event()
+
+    class Slow:
+        def export(self, spans: Any) -> SpanExportResult:
+            release.wait(10)
+            return SpanExportResult.FAILURE
+
+        def force_flush(self, timeout_millis: int = 0) -> bool:
+            return True
+
+        def shutdown(self) -> None:
+            release.set()
+
+    for name in [n for n in os.environ if n.startswith("OTEL_")]:
+        monkeypatch.delenv(name)
+    endpoint = f"http://127.0.0.1:{closed_port()}"
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
+    exporter = telemetry._Accounted("otlp", Slow())
+    provider = TracerProvider(shutdown_on_exit=False)
+    tel = telemetry.Telemetry(provider, [exporter], telemetry._Collector())
+    provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=60_000))
+    provider.get_tracer("t").start_span("s").end()  # queued until the final flush, which then hangs
+    err = io.StringIO()
+    try:
+        assert tel.finish(0.2, err) is False
+    finally:
+        release.set()
+        provider.shutdown()
+    line = err.getvalue()
+    assert line.count("\n") == 1 and line.startswith("acp-otel proxy: telemetry: "), line
+    assert f"the export to {endpoint}/v1/traces had not finished after 0.2 s" in line, line
+    assert "nothing is listening there" in line, line
