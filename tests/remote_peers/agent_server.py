@@ -1,0 +1,117 @@
+"""The tests' agent served over Streamable HTTP and WebSocket (the SDK's ASGI app under uvicorn, loopback).
+
+    python tests/remote_peers/agent_server.py SPANS_FILE [--traced] [--starlette]
+
+Prints ``PORT <n>`` once listening. ``--traced``: acp-otel instruments the SDK; ``--starlette``: the Starlette
+instrumentation traces the app (the HTTP spans ``opentelemetry-instrument`` would add). Every finished span is
+appended to SPANS_FILE as a JSON line; on SIGTERM the server stops and writes ``SPANS_FILE.open`` with the
+number of spans started but never ended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import socket
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "support"))
+
+from acp_app import TraceAgent, _chunk
+from opentelemetry.sdk.trace import SpanProcessor
+from span_file_exporter import JsonLinesExporter, make_provider
+
+
+class OpenSpans(SpanProcessor):
+    """Counts spans started and not yet ended."""
+
+    def __init__(self) -> None:
+        self.open = 0
+        self._lock = threading.Lock()
+
+    def on_start(self, span: Any, parent_context: Any = None) -> None:
+        with self._lock:
+            self.open += 1
+
+    def on_end(self, span: Any) -> None:
+        with self._lock:
+            self.open -= 1
+
+
+class RemoteAgent(TraceAgent):
+    """``TraceAgent`` with session/load and session/resume (each replays one chunk) and a turn that waits."""
+
+    async def initialize(self, protocol_version: int, **kwargs: Any) -> dict[str, Any]:
+        result = await super().initialize(protocol_version, **kwargs)
+        result["agentCapabilities"] = {"loadSession": True, "sessionCapabilities": {"resume": {}}}
+        return result
+
+    async def load_session(self, cwd: str, session_id: str, mcp_servers: Any = None, **kwargs: Any) -> None:
+        await self.conn.session_update(session_id=session_id, update=_chunk("replayed"))
+        return None
+
+    async def resume_session(self, session_id: str, cwd: str, **kwargs: Any) -> dict[str, Any]:
+        return {}
+
+    async def prompt(self, prompt: Any, session_id: str, **kwargs: Any) -> dict[str, Any]:
+        text = " ".join(getattr(b, "text", "") or "" for b in prompt or [])
+        if "hang" in text:  # a turn that only ends when cancelled (or its connection goes)
+            await self.conn.session_update(session_id=session_id, update=_chunk("working"))
+            await asyncio.Event().wait()
+        return await super().prompt(prompt=prompt, session_id=session_id, **kwargs)
+
+
+def _server_class() -> Any:
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Any:  # ours, set in main()
+            yield
+
+    return Server
+
+
+def main() -> None:
+    spans_file = sys.argv[1]
+    traced = "--traced" in sys.argv
+    provider = make_provider(JsonLinesExporter(spans_file), "remote-agent")
+    counter = OpenSpans()
+    provider.add_span_processor(counter)
+    if traced:
+        from acp_otel import AcpInstrumentor
+
+        AcpInstrumentor().instrument(tracer_provider=provider, flush_on_exit=False)
+
+    import uvicorn
+    from acp.http.asgi import create_asgi_app
+
+    app = create_asgi_app(lambda conn: RemoteAgent(conn))
+    if "--starlette" in sys.argv:
+        from opentelemetry.instrumentation.starlette import StarletteInstrumentor
+
+        StarletteInstrumentor.instrument_app(app, tracer_provider=provider)
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=3)
+    server = _server_class()(config)
+    # Stop on SIGTERM and return from run() (uvicorn's own handling re-raises the signal once it stops).
+    signal.signal(signal.SIGTERM, lambda *_: setattr(server, "should_exit", True))
+    print(f"PORT {sock.getsockname()[1]}", flush=True)
+    try:
+        server.run(sockets=[sock])
+    finally:
+        provider.force_flush()
+        Path(spans_file + ".open").write_text(str(counter.open))
+        provider.shutdown()
+        print("STOPPED", flush=True)
+
+
+if __name__ == "__main__":
+    main()
