@@ -2,6 +2,9 @@
 
     python tests/remote_peers/agent_server.py SPANS_FILE [--traced] [--starlette]
 
+SPANS_FILE ``-``: no span is written (the load benchmark); the server prints ``SUMMARY {json}`` when it stops:
+spans ended, spans still open, traces holding spans of more than one session.
+
 Prints ``PORT <n>`` once listening. ``--traced``: acp-otel instruments the SDK; ``--starlette``: the Starlette
 instrumentation traces the app (the HTTP spans ``opentelemetry-instrument`` would add). Every finished span is
 appended to SPANS_FILE as a JSON line; on SIGTERM the server stops and writes ``SPANS_FILE.open`` with the
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import signal
 import socket
 import sys
@@ -40,6 +44,24 @@ class OpenSpans(SpanProcessor):
     def on_end(self, span: Any) -> None:
         with self._lock:
             self.open -= 1
+
+
+class SessionCheck(SpanProcessor):
+    """Counts ended spans and the traces whose spans name more than one session (cross-talk)."""
+
+    def __init__(self) -> None:
+        self.spans = 0
+        self.sessions: dict[int, str] = {}
+        self.mixed: set[int] = set()
+        self._lock = threading.Lock()
+
+    def on_end(self, span: Any) -> None:
+        session = (span.attributes or {}).get("acp.session.id")
+        trace_id = span.context.trace_id
+        with self._lock:
+            self.spans += 1
+            if session is not None and self.sessions.setdefault(trace_id, session) != session:
+                self.mixed.add(trace_id)
 
 
 class RemoteAgent(TraceAgent):
@@ -79,9 +101,15 @@ def _server_class() -> Any:
 def main() -> None:
     spans_file = sys.argv[1]
     traced = "--traced" in sys.argv
-    provider = make_provider(JsonLinesExporter(spans_file), "remote-agent")
-    counter = OpenSpans()
+    if spans_file == "-":
+        from opentelemetry.sdk.trace import TracerProvider
+
+        provider = TracerProvider()
+    else:
+        provider = make_provider(JsonLinesExporter(spans_file), "remote-agent")
+    counter, check = OpenSpans(), SessionCheck()
     provider.add_span_processor(counter)
+    provider.add_span_processor(check)
     if traced:
         from acp_otel import AcpInstrumentor
 
@@ -108,8 +136,11 @@ def main() -> None:
         server.run(sockets=[sock])
     finally:
         provider.force_flush()
-        Path(spans_file + ".open").write_text(str(counter.open))
+        if spans_file != "-":
+            Path(spans_file + ".open").write_text(str(counter.open))
         provider.shutdown()
+        summary = {"spans": check.spans, "open": counter.open, "mixed_traces": len(check.mixed)}
+        print("SUMMARY " + json.dumps(summary), flush=True)
         print("STOPPED", flush=True)
 
 
