@@ -79,10 +79,12 @@ def _read(path: Path) -> list[dict[str, Any]]:
 
 
 @contextmanager
-def agent_server(tmp: Path, traced: bool, starlette: bool) -> Iterator[tuple[int, Path, subprocess.Popen[str]]]:
+def agent_server(
+    tmp: Path, traced: bool, starlette: bool, v2: bool = False
+) -> Iterator[tuple[int, Path, subprocess.Popen[str]]]:
     spans = tmp / "agent.jsonl"
     args = [sys.executable, str(PEERS / "agent_server.py"), str(spans)]
-    args += ["--traced"] * traced + ["--starlette"] * starlette
+    args += ["--traced"] * traced + ["--starlette"] * starlette + ["--v2"] * v2
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
     try:
         assert proc.stdout is not None
@@ -108,7 +110,7 @@ def run(
     http_spans: bool = False,
 ) -> Run:
     """Start the agent, run one client scenario against it, stop the agent; both sides' spans."""
-    with agent_server(tmp_path, agent_traced, http_spans) as (port, agent_spans, _):
+    with agent_server(tmp_path, agent_traced, http_spans, scenario == "v2") as (port, agent_spans, _):
         client_spans = tmp_path / "client.jsonl"
         url = f"{'ws' if transport == 'ws' else 'http'}://127.0.0.1:{port}/acp"
         args = [sys.executable, str(PEERS / "client.py"), str(client_spans), url, scenario]
@@ -284,3 +286,19 @@ def test_an_event_stream_dropping_mid_turn_leaves_nothing_open(tmp_path: Path) -
     assert client_turn["status"] == "ERROR" and client_turn["attributes"]["error.type"] == "ConnectionError"
     agent_turn = next(iter(turns(r, "agent")))
     assert agent_turn["ended"] and agent_turn["trace_id"] == client_turn["trace_id"]
+
+
+def test_an_acp_v2_turn_over_http(tmp_path: Path) -> None:
+    r = run(tmp_path, "v2", "http")
+    assert r.out == {"session": "v2-sess", "accepted": "m-1", "updates": 5}
+    assert r.open_spans == {"client": 0, "agent": 0}
+    client_turn, agent_turn = (next(iter(turns(r, side))) for side in ("client", "agent"))
+    request_c, request_s = r.one("client", "session/prompt", "CLIENT"), r.one("agent", "session/prompt", "SERVER")
+    # The v2 turn shape over HTTP: the client's turn wraps its request; the agent's turn is beside its SERVER
+    # span; the permission (sent on the event stream) is under the agent's tool call, in the same trace.
+    assert request_c["parent_id"] == client_turn["span_id"]
+    assert agent_turn["parent_id"] == request_s["parent_id"] == request_c["span_id"]
+    permission = r.one("agent", "session/request_permission", "CLIENT")
+    assert r.parent(permission)["attributes"]["gen_ai.operation.name"] == "execute_tool"  # type: ignore[index]
+    assert r.one("client", "session/request_permission", "SERVER")["parent_id"] == permission["span_id"]
+    assert agent_turn["attributes"]["acp.stop_reason"] == "end_turn"

@@ -1,6 +1,6 @@
 """The tests' agent served over Streamable HTTP and WebSocket (the SDK's ASGI app under uvicorn, loopback).
 
-    python tests/remote_peers/agent_server.py SPANS_FILE [--traced] [--starlette]
+    python tests/remote_peers/agent_server.py SPANS_FILE [--traced] [--starlette] [--v2]
 
 SPANS_FILE ``-``: no span is written (the load benchmark); the server prints ``SUMMARY {json}`` when it stops:
 spans ended, spans still open, traces holding spans of more than one session.
@@ -8,7 +8,7 @@ spans ended, spans still open, traces holding spans of more than one session.
 Prints ``PORT <n>`` once listening. ``--traced``: acp-otel instruments the SDK; ``--starlette``: the Starlette
 instrumentation traces the app (the HTTP spans ``opentelemetry-instrument`` would add). Every finished span is
 appended to SPANS_FILE as a JSON line; on SIGTERM the server stops and writes ``SPANS_FILE.open`` with the
-number of spans started but never ended.
+number of spans started but never ended. ``--v2``: ACP v1 and v2 (the SDK's protocol router).
 """
 
 from __future__ import annotations
@@ -87,6 +87,47 @@ class RemoteAgent(TraceAgent):
         return await super().prompt(prompt=prompt, session_id=session_id, **kwargs)
 
 
+class V2RemoteAgent:
+    """An ACP v2 agent: accepts a prompt at once, then streams, runs a tool, asks permission and goes idle."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        self.work: set[asyncio.Task[Any]] = set()
+
+    async def initialize(self, protocol_version: int, info: Any, capabilities: Any = None, **kw: Any) -> Any:
+        return {"protocolVersion": 2, "info": {"name": "v2-agent", "version": "0.2.0"}, "capabilities": {"session": {}}}
+
+    async def new_session(self, cwd: str, **kw: Any) -> Any:
+        return {"sessionId": "v2-sess"}
+
+    async def prompt(self, session_id: str, prompt: Any, **kw: Any) -> Any:
+        task = asyncio.ensure_future(self._turn(session_id))
+        self.work.add(task)
+        task.add_done_callback(self.work.discard)
+        return {"messageId": "m-1"}
+
+    async def _send(self, session_id: str, update: dict[str, Any]) -> None:
+        await self.conn._conn.send_notification("session/update", {"sessionId": session_id, "update": update})
+
+    async def _turn(self, session_id: str) -> None:
+        await self._send(session_id, {"sessionUpdate": "state_update", "state": "running"})
+        chunk = {"sessionUpdate": "agent_message_chunk", "messageId": "a-1", "content": {"type": "text", "text": "hi"}}
+        await self._send(session_id, chunk)
+        tool = {"sessionUpdate": "tool_call_update", "toolCallId": "v2-tool", "name": "grep", "kind": "search"}
+        await self._send(session_id, {**tool, "status": "pending", "title": "grep"})
+        await self.conn._conn.send_request(
+            "session/request_permission",
+            {
+                "sessionId": session_id,
+                "title": "May I?",
+                "options": [{"optionId": "allow", "name": "Allow", "kind": "allow_once"}],
+                "subject": {"type": "tool_call", "toolCall": {"toolCallId": "v2-tool"}},
+            },
+        )
+        await self._send(session_id, {**tool, "status": "completed"})
+        await self._send(session_id, {"sessionUpdate": "state_update", "state": "idle", "stopReason": "end_turn"})
+
+
 def _server_class() -> Any:
     import uvicorn
 
@@ -118,7 +159,12 @@ def main() -> None:
     import uvicorn
     from acp.http.asgi import create_asgi_app
 
-    app = create_asgi_app(lambda conn: RemoteAgent(conn))
+    if "--v2" in sys.argv:  # ACP v1 and v2, chosen by each connection's initialize
+        from acp.experimental.negotiation import AgentProtocolRouter
+
+        app = create_asgi_app(AgentProtocolRouter(v1=RemoteAgent, v2=V2RemoteAgent))
+    else:
+        app = create_asgi_app(lambda conn: RemoteAgent(conn))
     if "--starlette" in sys.argv:
         from opentelemetry.instrumentation.starlette import StarletteInstrumentor
 
@@ -127,6 +173,7 @@ def main() -> None:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
+    sock.listen(128)  # connections made as soon as the port is printed wait in the backlog until uvicorn accepts
     config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=3)
     server = _server_class()(config)
     # Stop on SIGTERM and return from run() (uvicorn's own handling re-raises the signal once it stops).

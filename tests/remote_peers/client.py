@@ -7,7 +7,7 @@ SDK; ``--httpx``: the httpx instrumentation traces the client's HTTP requests (`
 SPANS_FILE as JSON lines, then ``SPANS_FILE.open`` holds the number of spans never ended. Prints one JSON
 line with what the scenario saw. Scenarios: ``turns`` (two turns with a tool call and a permission),
 ``cancel`` (a turn cancelled by the caller, then a turn), ``load`` (a turn, then a second connection loads and
-resumes the session), ``drop`` (the event stream drops in the middle of a turn).
+resumes the session), ``drop`` (the event stream drops in the middle of a turn), ``v2`` (an ACP v2 turn).
 """
 
 from __future__ import annotations
@@ -55,7 +55,41 @@ async def connect(url: str) -> tuple[Any, Any, WatchingClient]:
     return conn, transport, client
 
 
+class V2Client:
+    """An ACP v2 client: records updates, allows every permission; ``idle`` is set when the turn goes idle."""
+
+    def __init__(self) -> None:
+        self.updates: list[Any] = []
+        self.idle = asyncio.Event()
+
+    async def session_update(self, session_id: str, update: Any, **kw: Any) -> None:
+        self.updates.append(update)
+        if getattr(update, "state", None) == "idle":
+            self.idle.set()
+
+    async def request_permission(self, session_id: str, title: str, options: Any, **kw: Any) -> Any:
+        return {"outcome": {"outcome": "selected", "optionId": "allow"}}
+
+
+async def v2_scenario(url: str) -> dict[str, Any]:
+    from acp.experimental import v2
+    from acp.http import create_http_stream
+
+    client = V2Client()
+    conn = v2.ClientSideConnection(client, create_http_stream(url))
+    try:
+        await conn.initialize(protocol_version=2, info={"name": "v2-client", "version": "1.0"})
+        session = await conn.new_session(cwd="/tmp")
+        accepted = await conn.prompt(session_id=session.session_id, prompt=[{"type": "text", "text": "go"}])
+        await asyncio.wait_for(client.idle.wait(), 60)
+        return {"session": session.session_id, "accepted": accepted.message_id, "updates": len(client.updates)}
+    finally:
+        await conn.close()
+
+
 async def scenario(url: str, name: str) -> dict[str, Any]:
+    if name == "v2":
+        return await v2_scenario(url)
     out: dict[str, Any] = {}
     conn, transport, client = await connect(url)
     try:
