@@ -32,13 +32,14 @@ pytestmark = [
     REMOTE_TRANSPORTS,
     pytest.mark.skipif(bool(_MISSING), reason=f"the SDK's 'http' extra and uvicorn are needed: missing {_MISSING}"),
     pytest.mark.e2e,
+    pytest.mark.timeout(900),  # two Python processes with uvicorn, httpx and the SDK start per test: slow when loaded
 ]
 needs_http_instrumentations = pytest.mark.skipif(
     not _HTTP_INSTRUMENTATIONS,
     reason="opentelemetry-instrumentation-starlette and -httpx are not installed",
 )
 
-TIMEOUT = 90
+TIMEOUT = 400  # seconds for one process step (generous: the machine may be busy)
 
 
 @dataclass
