@@ -158,6 +158,10 @@ def test_http_requests_are_children_of_the_messages_they_carry(tmp_path: Path) -
     for post in posts:
         server = [s for s in r.agent if s["parent_id"] == post["span_id"] and s["kind"] == "SERVER"]
         assert len(server) == 1 and server[0]["name"] == "POST /acp", post
+    # _meta wins over the POST's headers: the agent's turn continues the client's request span itself.
+    for turn in turns(r, "agent"):
+        parent = r.parent(turn)
+        assert parent is not None and (parent["name"], parent["kind"]) == ("session/prompt", "CLIENT")
     # One trace per turn across the wire, with the permission under the tool call.
     for turn in turns(r, "client"):
         trace = [s for s in r.spans if s["trace_id"] == turn["trace_id"]]
