@@ -248,20 +248,25 @@ def _carrier_of_request(request: Any) -> dict[str, str]:
     return carrier
 
 
-def with_request_context(message: Any, carrier: dict[str, str], keys: tuple[str, ...]) -> Any:
-    """``message`` with ``carrier`` in a copy of ``params._meta``, unless the message carries trace context of
-    its own (``_meta`` is the one per-message channel; the HTTP request's context is a fallback, first hop
-    only). Responses and messages whose params are not an object are returned as given."""
-    if not carrier or type(message) is not dict or "method" not in message:
-        return message
+def lacks_context(message: Any, keys: tuple[str, ...]) -> bool:
+    """Whether ``message`` is a request or notification whose ``params._meta`` could take trace context and
+    holds none of its own (``keys``: the propagator's)."""
+    if type(message) is not dict or "method" not in message:
+        return False  # a response: it makes no span
     params = message.get("params")
     if type(params) is not dict:
-        return message
+        return False  # no object to add _meta to without changing the message's shape
     meta = params.get(propagation.META)
-    if meta is not None and (type(meta) is not dict or any(key in meta for key in keys)):
+    return meta is None or (type(meta) is dict and not any(key in meta for key in keys))
+
+
+def with_request_context(message: dict[str, Any], carrier: dict[str, str]) -> dict[str, Any]:
+    """``message`` (one :func:`lacks_context` accepted) with ``carrier`` in a copy of ``params._meta``: the
+    HTTP request's context is the fallback, first hop only; ``_meta`` stays the one per-message channel."""
+    if not carrier:
         return message
     new_message = dict(message)
-    new_message["params"] = propagation.inject_into_params(params, carrier)
+    new_message["params"] = propagation.inject_into_params(message["params"], carrier)
     return new_message
 
 
@@ -283,7 +288,8 @@ def deliver_wrapper(state: InstrumentationState) -> Wrapper:
             remote = _BY_TRANSPORT.get(instance)
             if remote is not None and sc.ACP_CONNECTION_ID not in remote.facts:
                 remote.learn(engine, _post_facts(server, request, instance))
-            message = with_request_context(message, _carrier_of_request(request), engine.propagation_keys)
+            if lacks_context(message, engine.propagation_keys):
+                message = with_request_context(message, _carrier_of_request(request))
         except Exception:
             _log.debug("acp_otel: could not read the HTTP request of a message", exc_info=True)
             message = args[0]
