@@ -77,9 +77,15 @@ def _runs(exe: str) -> bool:
 _use_pyenv_interpreters()
 
 
-def _install(session: nox.Session, sdk: str, extras: str = "") -> None:
+# The remote transport tests (tests/test_remote_*.py) run where the SDK has acp.http (NEXT): its "http" extra,
+# an ASGI server and the HTTP instrumentations, resolved together with the test extra in one install.
+REMOTE_TEST_DEPS = ["uvicorn", "opentelemetry-instrumentation-starlette", "opentelemetry-instrumentation-httpx"]
+
+
+def _install(session: nox.Session, sdk: str, extras: str = "", remote: bool = False) -> None:
     # An exact pin such as ==1.0.0rc3 selects a pre-release without --pre.
-    session.install(f".{extras}", f"agent-client-protocol=={sdk}")
+    sdk_extra = "[http]" if remote else ""
+    session.install(f".{extras}", f"agent-client-protocol{sdk_extra}=={sdk}", *(REMOTE_TEST_DEPS if remote else ()))
     session.run(
         "python",
         "-c",
@@ -93,7 +99,7 @@ def _install(session: nox.Session, sdk: str, extras: str = "") -> None:
 @nox.parametrize(("python", "sdk"), MATRIX)
 def matrix(session: nox.Session, sdk: str) -> None:
     """The whole test suite against one SDK release on one Python."""
-    _install(session, sdk, "[test]")
+    _install(session, sdk, "[test]", remote=sdk == NEXT)
     # The pytest script (not python -m pytest) keeps the repo root off sys.path: the installed
     # package is what gets tested. -rs lists every skip with its reason.
     session.run("pytest", "-q", "-rs", "-p", "no:cacheprovider", *session.posargs)

@@ -799,3 +799,16 @@ class Engine:
                     span.set_attribute(sc.ACP_SESSION_ID, session_id)
         if self.settings.capture_content and result is not None:
             span.set_attribute(sc.ACP_RESULT, truncate(result, self.settings.capture_content_max_length))
+
+    # ------------------------------------------------- connection facts (remote transports)
+
+    def note_connection_facts(self, peer: Any, facts: Mapping[str, Any]) -> None:
+        """Facts about the connection itself (its id, the peer's address): on its spans from now on.
+
+        The adapter of a remote transport learns them when the connection is made (or when its
+        ``initialize`` completes); they join the ``initialize`` facts, never the metrics.
+        """
+        state = self.peer_state(peer)
+        if state is not None and facts:
+            state.attributes.update(facts)
+            state.base_attributes.clear()

@@ -19,6 +19,7 @@ from opentelemetry import trace
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 
 from . import _propagation as propagation
+from . import _remote as remote
 from . import _sdk_adapter as sdk_adapter
 from . import _shutdown as shutdown
 from . import _spawn as spawn
@@ -58,6 +59,13 @@ PATCH_TABLE: tuple[Patch, ...] = (
     Patch("acp", "acp.transports", _SPAWN, spawn.spawn_wrapper),
     Patch("acp", "acp.stdio", _SPAWN, spawn.spawn_wrapper),
     Patch("acp", "acp", _SPAWN, spawn.spawn_wrapper),
+    # Remote transports (SDK 1.0, extra "http"; remote): the HTTP request carrying a message under its span, the
+    # POST's context for a message without its own, the connection's id and peer. Modules stdio never imports.
+    *(Patch(m, _CONNECTION, "_run_request", remote.run_request_wrapper) for m in remote.REMOTE_MODULES),
+    Patch("acp.http.asgi", "acp.http.asgi", "_post", remote.post_wrapper),
+    Patch("acp.http.asgi", "acp.http.asgi", "handle_websocket", remote.handle_websocket_wrapper),
+    Patch("acp.http.server", "acp.http.server:_HttpTransport", "deliver_to_agent", remote.deliver_wrapper),
+    Patch("acp.http.client", "acp.http.client:_HttpStreamTransport", "_open_stream", remote.open_stream_wrapper),
 )
 
 

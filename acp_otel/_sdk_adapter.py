@@ -19,7 +19,9 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context as otel_context
+from opentelemetry import trace
 
+from . import _remote as remote
 from ._patching import Wrapper
 
 if TYPE_CHECKING:
@@ -62,6 +64,11 @@ def _outgoing_wrapper(state: InstrumentationState, is_request: bool) -> Wrapper:
         call, new_params = engine.begin_outgoing(instance, method, params, request_id, is_request)
         if call is None:  # nothing to end (the context may still have been injected)
             return await wrapped(method, new_params) if new_params is not params else await wrapped(*args, **kwargs)
+        # A remote transport (HTTP, WebSocket) sends with our span current: the HTTP request or frame that
+        # carries the message is its child. Not for stdio, where nothing would use it (one lookup per message).
+        connection = getattr(instance, remote.REMOTE_ATTR, None)
+        span = call.span
+        token = None if connection is None or span is None else otel_context.attach(trace.set_span_in_context(span))
         try:
             result = await wrapped(method, new_params)
         except asyncio.CancelledError:
@@ -73,6 +80,11 @@ def _outgoing_wrapper(state: InstrumentationState, is_request: bool) -> Wrapper:
         except BaseException as exc:
             engine.end_exception(call, exc)
             raise
+        finally:
+            if token is not None:
+                otel_context.detach(token)
+        if connection is not None and method == "initialize":
+            remote.after_initialize(engine, instance, call.span)
         engine.end_result(call, result)
         return result
 
@@ -112,6 +124,10 @@ async def _run_incoming(
             return await (wrapped(handler_message) if alone else wrapped(handler_message, *args[1:]))
         finally:
             otel_context.detach(token)
+    if returns_payload:  # a remote connection sends the response under this span (remote.run_request_wrapper)
+        connection = getattr(instance, remote.REMOTE_ATTR, None)
+        if connection is not None:
+            remote.remember_server_span(connection, call.span)
     try:
         out = await (wrapped(handler_message) if alone else wrapped(handler_message, *args[1:]))
     except asyncio.CancelledError:
@@ -215,7 +231,14 @@ def init_wrapper(state: InstrumentationState) -> Wrapper:
                 kwargs = {**kwargs, "handler": naming_failures(kwargs["handler"])}
         except Exception:
             _log.debug("acp_otel: could not wrap connection handler", exc_info=True)
-        return wrapped(*args, **kwargs)
+        out = wrapped(*args, **kwargs)
+        engine = state.engine
+        if engine is not None:
+            try:  # a remote transport (HTTP, WebSocket): the connection's id and peer on its spans
+                remote.bind(engine, instance, args[1] if len(args) > 1 else kwargs.get("writer"))
+            except Exception:
+                _log.debug("acp_otel: could not read the connection's transport", exc_info=True)
+        return out
 
     return init
 

@@ -216,3 +216,15 @@ def extension_namespace(method: str) -> str | None:
     name = method[1:]
     head, sep, _ = name.partition("/")
     return head if sep and head else None
+
+
+# --- remote transports (acp.http / acp.ws): the connection a span belongs to, and its peer ---------------
+# The id the transport names the connection by (the Acp-Connection-Id header of Streamable HTTP and WebSocket).
+ACP_CONNECTION_ID = "acp.connection.id"
+# OpenTelemetry's general network attributes: the client records the server it reaches, the server the client.
+NETWORK_TRANSPORT = "network.transport"  # "tcp" or "unix"
+NETWORK_PROTOCOL_NAME = "network.protocol.name"  # "http" or "websocket"
+SERVER_ADDRESS = "server.address"
+SERVER_PORT = "server.port"
+CLIENT_ADDRESS = "client.address"
+CLIENT_PORT = "client.port"

@@ -46,3 +46,7 @@ PROMPT_SPAN_ENDS_BEFORE_RESPONSE = requires_sdk(
     reason="up to 0.12.0 an agent's SERVER span ends only after _run_request has written the response, so a "
     "SIGTERM right after the client reads it can come before the span ends (then no flush can export it)",
 )
+REMOTE_TRANSPORTS = requires_sdk(
+    ">=1.0.0rc3",
+    reason="the Streamable HTTP and WebSocket transports (acp.http, acp.ws, extra 'http') first ship in 1.0.0rc3",
+)
