@@ -240,6 +240,11 @@ def check_kinds(run: Run) -> dict[str, Any]:
     # The example agent's turn makes three tool calls (search, fetch, read).
     assert sorted(s["attributes"]["gen_ai.tool.call.id"] for s in tools) == ["tool-fetch", "tool-read", "tool-search"]
     assert {s["span_kind"] for s in tools} == {"TOOL"}
+    # Phoenix's own keys, derived from the GenAI ones: its Sessions view and its tool column.
+    for span in turns + tools:
+        assert span["attributes"]["session.id"] == span["attributes"]["gen_ai.conversation.id"], span["name"]
+    for tool in tools:
+        assert tool["attributes"]["tool.name"] == tool["attributes"]["gen_ai.tool.name"], tool["name"]
     assert {s["context"]["trace_id"] for s in tools} == {turn_trace}
     stored = {s["context"]["span_id"]: s for s in run.stored}
     turn_ids = {s["context"]["span_id"] for s in turns}
@@ -260,6 +265,8 @@ def check_usage_once(run: Run) -> None:
     attributes = with_usage[0]["attributes"]
     assert attributes["gen_ai.usage.input_tokens"] == INPUT_TOKENS
     assert attributes["gen_ai.usage.output_tokens"] == OUTPUT_TOKENS
+    assert attributes["llm.token_count.prompt"] == INPUT_TOKENS  # Phoenix's token columns
+    assert attributes["llm.token_count.completion"] == OUTPUT_TOKENS
 
 
 def span_io(phoenix: PhoenixServer, span: dict[str, Any]) -> dict[str, Any]:
