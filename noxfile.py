@@ -130,3 +130,38 @@ def prerelease_zero_code(session: nox.Session) -> None:
     )
     # The whole file: the opentelemetry-instrument entry point, and instrument() called in code.
     session.run("pytest", "-q", "-p", "no:cacheprovider", "tests/test_instrumentor.py")
+
+
+# -- A real backend: Arize Phoenix (tests/backends/). Not a default session: `.ci/run` runs it on its own.
+PHOENIX = "20.26.1"
+PHOENIX_PYTHON = "3.12"
+
+
+@nox.session(python=PHOENIX_PYTHON)
+def phoenix(session: nox.Session) -> None:
+    """A traced turn into a real Phoenix server on loopback, read back through its REST and GraphQL API.
+
+    Phoenix gets a virtual environment of its own (inside this session's), so its pins never change the
+    packages acp-otel is tested with; ``tests/backends/check_phoenix.py`` starts it, runs the turns and stops it.
+    Both installs go through uv (from PyPI, into this session): pip takes minutes to resolve Phoenix's
+    dependencies, uv seconds.
+    """
+    session.install("uv")
+    test_python = os.path.join(session.bin, "python")
+    server_env = os.path.join(session.virtualenv.location, "phoenix-server")
+    server_python = os.path.join(server_env, "bin", "python")
+    uv_install = ("uv", "pip", "install", "--quiet", "--python")
+    session.run(*uv_install, test_python, ".[test]", f"agent-client-protocol=={LATEST}")
+    if not os.path.exists(server_python):
+        session.run("uv", "venv", "--quiet", "--python", test_python, server_env)
+    session.run(*uv_install, server_python, f"arize-phoenix=={PHOENIX}")
+    session.run(
+        "pytest",
+        "-q",
+        "-rA",
+        "-p",
+        "no:cacheprovider",
+        "tests/backends/check_phoenix.py",
+        *session.posargs,
+        env={"ACP_OTEL_PHOENIX_PYTHON": server_python},
+    )
