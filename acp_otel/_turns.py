@@ -360,7 +360,7 @@ class TurnLayer:
                 tool.kind = kind
                 if tool.span.is_recording():
                     tool.span.set_attribute(sc.ACP_TOOL_CALL_KIND, kind)
-            if tool.name_rank > NAME_META:  # a better name may come with a later update
+            if tool.name_rank != NAME_ACP:  # a better name may come with a later update
                 self._rename_tool(tool, update)
             if self._capture:
                 self._tool_content(tool.span, update)
