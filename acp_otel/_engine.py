@@ -427,6 +427,9 @@ class Engine:
                 if not traced:  # an untraced sender: the message belongs to the turn (or the tool it names)
                     parent = self._parent_in_turn(turn, info, params, parent, False, True)
                     built_here = False
+                elif info.tool_link == _PERMISSION_LINK and self._tool_spans == "always":
+                    # Tool spans on both sides: first sighting here too; the traced sender's span stays the parent.
+                    self._turns.sight_tool(turn, _permission_tool_call(params), True)
                 if info.is_update:
                     make_tools = self._tool_spans == "always" or (self._tool_spans == "auto" and not traced)
                     tool_context = self._turns.on_update(turn, params, make_tools)

@@ -75,17 +75,22 @@ async def test_permission_first_opens_the_tool_call_traced_agent(
     which is its child, and the client's handling of it (the user's decision) lies inside the tool span."""
     client = TraceClient()
     client.permission_delay = DECISION_S
-    await _in_process(pair, counter, ToolAgent(), "codex", client)
+    # A second permission for the tool call once it finished opens nothing: it goes under the turn.
+    again = ("permission", {"toolCallId": "call_3", "status": "pending", "title": "again"})
+    await _in_process(pair, counter, ToolAgent([*TOOL_SCRIPTS["codex"], again]), "x", client)
     spans = exporter.get_finished_spans()
     (tool,) = _tools(spans).values()
     assert tool.name == "execute_tool execute" and tool.attributes["gen_ai.tool.call.id"] == "call_3"
     assert parent_of(tool) == span_id(_turn(spans, S))
     assert [e.attributes["acp.tool_call.status"] for e in tool.events] == ["pending", "in_progress", "completed"]
     assert "acp.tool_call.ended_by" not in tool.attributes
-    ask = next(s for s in spans if s.name == "session/request_permission" and s.kind == C)
+    ask, ask_again = sorted(
+        (s for s in spans if s.name == "session/request_permission" and s.kind == C), key=lambda s: s.start_time
+    )
     decide = next(s for s in spans if s.name == "session/request_permission" and s.kind == S)
     assert parent_of(ask) == span_id(tool) and parent_of(decide) == span_id(ask)
     assert _inside(decide, tool) and (decide.end_time - decide.start_time) / 1e9 >= DECISION_S
+    assert parent_of(ask_again) == span_id(_turn(spans, S))
 
 
 async def test_permission_first_untraced_agent_the_editor_opens_the_tool_call(
@@ -109,33 +114,24 @@ async def test_permission_first_untraced_agent_the_editor_opens_the_tool_call(
     assert [e.attributes["acp.tool_call.status"] for e in tool.events][:2] == ["pending", "in_progress"]
 
 
-async def test_permission_for_a_finished_tool_call_opens_nothing(
+async def test_permission_first_follows_the_tool_spans_option(
     instrument: Any, exporter: Any, pair: Any, counter: Any
 ) -> None:
-    script = [
-        _tool_call("done", kind="read"),
-        *_done("done"),
-        ("permission", {"toolCallId": "done", "status": "pending"}),  # after completed: no second span
-    ]
-    await _in_process(pair, counter, ToolAgent(script), "x")
-    spans = exporter.get_finished_spans()
-    assert list(_tools(spans)) == ["done"]
-    ask = next(s for s in spans if s.name == "session/request_permission" and s.kind == C)
-    assert parent_of(ask) == span_id(_turn(spans, S))
-
-
-@pytest.mark.parametrize("mode", ["never", "auto"])
-async def test_permission_first_without_tool_spans_goes_under_the_turn(
-    instrument: Any, exporter: Any, pair: Any, counter: Any, mode: str
-) -> None:
-    instrument(tool_spans=mode)
-    await _in_process(pair, counter, ToolAgent(), "codex")
-    spans = exporter.get_finished_spans()
-    ask = next(s for s in spans if s.name == "session/request_permission" and s.kind == C)
-    if mode == "never":
-        assert not _tools(spans) and parent_of(ask) == span_id(_turn(spans, S))
-    else:
-        assert parent_of(ask) == span_id(_tools(spans)["call_3"])
+    """A side that makes no tool spans opens none at a permission either: the permission stays under the turn."""
+    for mode in ("never", "always"):
+        instrument(tool_spans=mode)
+        exporter.clear()
+        await _in_process(pair, counter, ToolAgent(), "codex")
+        spans = exporter.get_finished_spans()
+        ask = next(s for s in spans if s.name == "session/request_permission" and s.kind == C)
+        tools = [s for s in spans if s.attributes.get("gen_ai.operation.name") == "execute_tool"]
+        if mode == "never":
+            assert not tools and parent_of(ask) == span_id(_turn(spans, S))
+        else:  # both sides make one, each opened at the permission it sends or receives
+            agent_tool = next(t for t in tools if parent_of(t) == span_id(_turn(spans, S)))
+            assert len(tools) == 2 and parent_of(ask) == span_id(agent_tool)
+            decide = next(s for s in spans if s.name == "session/request_permission" and s.kind == S)
+            assert all(t.start_time <= decide.start_time for t in tools)
 
 
 # ------------------------------------------------------------------ tool names
@@ -281,9 +277,29 @@ def _expect_two_open(requests: list[Any], tools: dict[str, Any], turn: Any) -> N
 
 
 async def test_fs_and_terminal_requests_under_the_tool_call_they_serve_traced_agent(
-    instrument: Any, exporter: Any, pair: Any, counter: Any
+    instrument: Any, exporter: Any, provider: Any, pair: Any, counter: Any
 ) -> None:
-    """The agent's CLIENT spans hang from its tool spans; the editor's SERVER spans from those (propagated)."""
+    """The agent's CLIENT spans hang from its tool spans; the editor's SERVER spans from those (propagated).
+    A request made under a span the agent opened itself stays under that span."""
+    tracer = provider.get_tracer("agent-app")
+
+    class OwnSpanAgent(TraceAgent):
+        async def prompt(self, prompt: Any, session_id: str, **kwargs: Any) -> dict[str, Any]:
+            raw = self.conn._conn
+            update = {"sessionId": session_id, "update": _tool_call("t", kind="read", title="t")}
+            await raw.send_notification("session/update", update)
+            await raw.send_request("fs/read_text_file", {"sessionId": session_id, "path": "/x"})
+            with tracer.start_as_current_span("my-read"):
+                await raw.send_request("fs/read_text_file", {"sessionId": session_id, "path": "/x"})
+            update = {"sessionId": session_id, "update": _update("t", status="completed")}
+            await raw.send_notification("session/update", update)
+            return {"stopReason": "end_turn"}
+
+    await _in_process(pair, counter, OwnSpanAgent(), "x")
+    spans = exporter.get_finished_spans()
+    plain, under_own = _requests(spans, C)
+    assert parent_of(plain) == span_id(_tools(spans)["t"])
+    assert parent_of(under_own) == span_id(next(s for s in spans if s.name == "my-read"))
     for script in ("kimi", "two-open"):
         exporter.clear()
         await _in_process(pair, counter, ToolAgent(), script)
@@ -296,30 +312,6 @@ async def test_fs_and_terminal_requests_under_the_tool_call_they_serve_traced_ag
             _expect_two_open(requests, tools, turn)
         served = _requests(spans, S)
         assert [parent_of(s) for s in served] == [span_id(r) for r in requests]
-
-
-async def test_fs_requests_keep_an_application_span(
-    instrument: Any, exporter: Any, provider: Any, pair: Any, counter: Any
-) -> None:
-    """An fs request made under a span the agent opened itself stays under that span."""
-    tracer = provider.get_tracer("agent-app")
-
-    class OwnSpanAgent(TraceAgent):
-        async def prompt(self, prompt: Any, session_id: str, **kwargs: Any) -> dict[str, Any]:
-            raw = self.conn._conn
-            update = {"sessionId": session_id, "update": _tool_call("t", kind="read")}
-            await raw.send_notification("session/update", update)
-            with tracer.start_as_current_span("my-read"):
-                await raw.send_request("fs/read_text_file", {"sessionId": session_id, "path": "/x"})
-            update = {"sessionId": session_id, "update": _update("t", status="completed")}
-            await raw.send_notification("session/update", update)
-            return {"stopReason": "end_turn"}
-
-    await _in_process(pair, counter, OwnSpanAgent(), "x")
-    spans = exporter.get_finished_spans()
-    (read,) = _requests(spans, C)
-    own = next(s for s in spans if s.name == "my-read")
-    assert parent_of(read) == span_id(own)
 
 
 async def test_fs_and_terminal_requests_untraced_agent_the_editor_links_them(
@@ -374,17 +366,17 @@ async def test_extra_trace_keys_in_process(instrument: Any, exporter: Any, pair:
     assert response.field_meta == {"kwargs": {}}  # the agent's handler got none of them
 
 
-@pytest.mark.parametrize("extra", [None, "qwen"])
-async def test_extra_trace_keys_reach_an_untraced_agent(instrument: Any, exporter: Any, extra: str | None) -> None:
+async def test_extra_trace_keys_reach_an_untraced_agent(instrument: Any) -> None:
     """An agent that reads its own keys (as Qwen Code does) gets them only when asked; the reserved key always."""
-    if extra is not None:
-        instrument(extra_trace_keys=extra)
-    async with agent_process("trace") as agent:
-        session_id = await open_session(agent.conn)
-        response = await prompt(agent.conn, session_id, "echo-meta")
-    seen = response.field_meta["kwargs"]
-    if extra is None:
-        assert sorted(seen) == ["traceparent"]
-    else:
-        assert sorted(seen) == ["qwen.telemetry.traceparent", "traceparent"]
-        assert seen["qwen.telemetry.traceparent"] == seen["traceparent"]
+    for extra in (None, "qwen"):
+        if extra is not None:
+            instrument(extra_trace_keys=extra)
+        async with agent_process("trace") as agent:
+            session_id = await open_session(agent.conn)
+            response = await prompt(agent.conn, session_id, "echo-meta")
+        seen = response.field_meta["kwargs"]
+        if extra is None:
+            assert sorted(seen) == ["traceparent"]
+        else:
+            assert sorted(seen) == ["qwen.telemetry.traceparent", "traceparent"]
+            assert seen["qwen.telemetry.traceparent"] == seen["traceparent"]
