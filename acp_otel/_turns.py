@@ -356,16 +356,27 @@ class TurnLayer:
         else:
             tool.updates += 1
             kind = update.get("kind")
+            kind_changed = False
             if type(kind) is str and tool.kind != kind:
                 tool.kind = kind
+                kind_changed = True
                 if tool.span.is_recording():
                     tool.span.set_attribute(sc.ACP_TOOL_CALL_KIND, kind)
-            if tool.name_rank != NAME_ACP:  # a better name may come with a later update
+            # A better name may come with a later update: only updates that may carry one are looked at.
+            if tool.name_rank != NAME_ACP and (
+                kind_changed or "name" in update or "_meta" in update or not tool.titled
+            ):
                 self._rename_tool(tool, update)
             if self._capture:
                 self._tool_content(tool.span, update)
-        if status is not None and status != tool.status:
-            self._tool_status(tool, status)
+        if status is not None and status != tool.status:  # written out: every status change of every tool call
+            tool.status = status
+            span = tool.span
+            if span.is_recording():
+                span.set_attribute(sc.ACP_TOOL_CALL_STATUS, status)
+                if tool.events < self._max_events:
+                    tool.events += 1
+                    span.add_event(sc.TOOL_STATUS_EVENT, {sc.ACP_TOOL_CALL_STATUS: status})
         if "content" in update:
             self._note_terminals(turn, tool_call_id, update)
         context = tool.context

@@ -111,7 +111,9 @@ async def test_permission_first_untraced_agent_the_editor_opens_the_tool_call(
     assert decide.kind == S and parent_of(decide) == span_id(tool) and _inside(decide, tool)
     assert (decide.end_time - decide.start_time) / 1e9 >= DECISION_S
     assert tool.attributes["acp.tool_call.kind"] == "execute"
-    assert [e.attributes["acp.tool_call.status"] for e in tool.events][:2] == ["pending", "in_progress"]
+    # Opened at the permission (pending). Before 0.12 the client's prompt() may return before the handlers of the
+    # last updates ran: the turn, and the tool span with it, can end before the client saw "in_progress".
+    assert tool.events[0].attributes["acp.tool_call.status"] == "pending"
 
 
 async def test_permission_first_follows_the_tool_spans_option(
