@@ -54,6 +54,10 @@ _MAX_AGENT_NAME = 128
 # How a call ended (one place annotates and ends spans: Engine._finish).
 _RESULT, _RPC_ERROR, _EXCEPTION, _CANCELLED = range(4)
 
+# What a message inside a turn may hang from besides the turn (_MethodInfo.tool_link): the tool call a
+# permission request names, the tool call an fs/* or terminal/* request serves.
+_NO_TOOL_LINK, _PERMISSION_LINK, _SERVING_LINK = range(3)
+
 
 class PeerState:
     """What one connection has told us: initialize facts, the turn in flight per session."""
@@ -124,7 +128,7 @@ class Call:
 class _MethodInfo:
     """What depends on a method name alone, worked out once per name."""
 
-    __slots__ = ("attributes", "inject", "is_update", "metric_name", "request_attributes", "traced")
+    __slots__ = ("attributes", "inject", "is_update", "metric_name", "request_attributes", "tool_link", "traced")
 
     def __init__(
         self,
@@ -134,6 +138,7 @@ class _MethodInfo:
         is_update: bool,
         metric_name: str,
         request_attributes: dict[str, str],
+        tool_link: int = _NO_TOOL_LINK,
     ) -> None:
         # The start attributes that depend on the name alone (copied per span, never handed out).
         self.attributes = attributes
@@ -142,6 +147,7 @@ class _MethodInfo:
         self.is_update = is_update
         self.metric_name = metric_name  # acp.method.name in metrics: bounded (_OTHER)
         self.request_attributes = request_attributes  # of a request-duration record without error
+        self.tool_link = tool_link  # inside a turn: may hang from a tool call (_PERMISSION_LINK, _SERVING_LINK)
 
 
 def _str_or_none(value: Any) -> str | None:
@@ -196,15 +202,15 @@ class _ContextFacts:
 _NO_FACTS = _ContextFacts(None)
 
 
-def _permission_tool(params: Any) -> Any:
-    """The tool call id a session/request_permission names (v1 ``toolCall``; v2 ``subject.toolCall``)."""
+def _permission_tool_call(params: Any) -> Any:
+    """The tool call update a session/request_permission carries (v1 ``toolCall``; v2 ``subject.toolCall``)."""
     if type(params) is not dict:
         return None
     tool_call = params.get("toolCall")
     if tool_call is None:
         subject = params.get("subject")
         tool_call = subject.get("toolCall") if type(subject) is dict else None
-    return tool_call.get("toolCallId") if type(tool_call) is dict else None
+    return tool_call
 
 
 class Engine:
@@ -220,6 +226,15 @@ class Engine:
         # two Python calls and a new reference. A collected peer's entry goes with it; uninstrument drops all.
         self._peers: dict[int, PeerState] = {}
         self._strip_keys = propagation.propagator_fields()
+        # extra_trace_keys: written beside the reserved keys and stripped on receipt. Without them the engine
+        # calls the plain functions, so the option costs nothing when off.
+        extra_keys = tuple(k for k in settings.extra_trace_keys if k not in self._strip_keys)
+        self._injected_keys = self._strip_keys + extra_keys
+        self._inject_context: propagation.Injector = propagation.inject_context
+        self._strip_and_extract: propagation.Stripper = propagation.strip_and_extract
+        if extra_keys:
+            self._inject_context = propagation.extra_key_injector(extra_keys)
+            self._strip_and_extract = propagation.extra_key_stripper(extra_keys)
         mode = settings.notification_spans
         self._all_mode = mode == "all"
         self._events_mode = mode == "events"
@@ -236,6 +251,11 @@ class Engine:
     def propagation_keys(self) -> tuple[str, ...]:
         """The ``_meta`` keys the configured propagator owns (the W3C three plus any it declares)."""
         return self._strip_keys
+
+    @property
+    def injected_keys(self) -> tuple[str, ...]:
+        """The ``_meta`` keys outgoing messages may get: :attr:`propagation_keys` and the ``extra_trace_keys``."""
+        return self._injected_keys
 
     # ----------------------------------------------------------------- peers
 
@@ -359,8 +379,8 @@ class Engine:
                 # Most messages keep their parent: the call only when it may change.
                 in_turn = (
                     parent
-                    if has_span and method != sc.SESSION_REQUEST_PERMISSION
-                    else self._parent_in_turn(turn, method, params, parent, has_span)
+                    if has_span and not info.tool_link
+                    else self._parent_in_turn(turn, info, params, parent, has_span, sender_traced is not True)
                 )
                 if info.is_update:
                     if sender_traced is True and turn.reports_usage:  # a traced agent reports usage itself
@@ -380,7 +400,7 @@ class Engine:
                 span_out = call.span
             if not info.inject:
                 return call, params
-            return call, propagation.inject_context(params, parent, span_out)
+            return call, self._inject_context(params, parent, span_out)
         except Exception:
             _log.debug("acp_otel: failed to start outgoing span for %r", method, exc_info=True)
             if call is not None:  # started but not handed out: end it here, or it would stay open
@@ -398,7 +418,7 @@ class Engine:
         stripped = message
         try:
             # The sender's context, and whether it holds a valid span (None: look).
-            stripped, carrier = propagation.strip_and_extract(message, self._strip_keys)
+            stripped, carrier = self._strip_and_extract(message, self._injected_keys)
             parent, traced = propagation.extract_carrier(carrier) if carrier is not None else (Context(), False)
             # Unless the real propagators decided, the parent holds a span and baggage at most: see below.
             built_here = traced is not None
@@ -425,8 +445,11 @@ class Engine:
                 if traced is None:
                     traced = _has_span(parent)
                 if not traced:  # an untraced sender: the message belongs to the turn (or the tool it names)
-                    parent = self._parent_in_turn(turn, method, params, parent, False)
+                    parent = self._parent_in_turn(turn, info, params, parent, False, True)
                     built_here = False
+                elif info.tool_link == _PERMISSION_LINK and self._tool_spans == "always":
+                    # Tool spans on both sides: first sighting here too; the traced sender's span stays the parent.
+                    self._turns.sight_tool(turn, _permission_tool_call(params), True)
                 if info.is_update:
                     if traced and turn.reports_usage:  # an update of a traced agent: it reports usage itself
                         self._agent_traced(state, turn)
@@ -457,11 +480,24 @@ class Engine:
             _log.debug("acp_otel: failed to start incoming span", exc_info=True)
             return None, stripped, Context()
 
-    def _parent_in_turn(self, turn: Turn, method: str, params: Any, parent: Context, traced: bool) -> Context:
-        """A message of a session with a turn in flight: a permission request goes under the tool call it
-        names; a message without a span to hang from (``traced`` false) goes under the turn."""
-        if method == sc.SESSION_REQUEST_PERMISSION:
-            tool_context = turn.tool_context(_permission_tool(params))
+    def _parent_in_turn(
+        self, turn: Turn, info: _MethodInfo, params: Any, parent: Context, traced: bool, closest: bool
+    ) -> Context:
+        """A message of a session with a turn in flight: a permission request goes under the tool call it names
+        (opening that tool call's span when this is its first sighting and this side makes tool spans:
+        ``closest``, no traced process nearer the agent); an ``fs/*`` / ``terminal/*`` request that would hang
+        from the turn (or from nothing) goes under the tool call it serves; a message without a span to hang
+        from (``traced`` false) goes under the turn."""
+        link = info.tool_link
+        if link == _PERMISSION_LINK:
+            mode = self._tool_spans
+            make_tools = mode == "always" or (mode == "auto" and closest)
+            tool_context = self._turns.sight_tool(turn, _permission_tool_call(params), make_tools)
+            if tool_context is not None:
+                return tool_context
+        elif link == _SERVING_LINK and (not traced or trace.get_current_span(parent) is turn.span):
+            # A span the application opened itself (or the traced agent's, relayed) is kept.
+            tool_context = turn.served_tool_context(params)
             if tool_context is not None:
                 return tool_context
         return parent if traced else turn.context
@@ -716,6 +752,12 @@ class Engine:
                 attributes[sc.ACP_EXTENSION_NAMESPACE] = namespace
         if method == sc.SESSION_PROMPT:
             attributes[sc.GEN_AI_OPERATION_NAME] = sc.INVOKE_AGENT
+        if method == sc.SESSION_REQUEST_PERMISSION:
+            tool_link = _PERMISSION_LINK
+        elif method.startswith(sc.TOOL_SERVING_PREFIXES):
+            tool_link = _SERVING_LINK
+        else:
+            tool_link = _NO_TOOL_LINK
         inject = settings.inject and not sc.is_protocol_method(method)
         inject = inject and not settings.inject_excluded_methods(method)
         instruments = self._instruments
@@ -727,6 +769,7 @@ class Engine:
             is_update=method == sc.SESSION_UPDATE,
             metric_name=metric_name,
             request_attributes=instruments.request_attributes(metric_name, None) if instruments is not None else {},
+            tool_link=tool_link,
         )
         if len(self._methods) < _METHOD_CACHE_SIZE:
             self._methods[method] = info

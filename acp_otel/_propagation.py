@@ -11,7 +11,7 @@ the default W3C pair (trace-context then baggage) the common cases take a fast p
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from contextvars import ContextVar
 from typing import Any
 
@@ -20,7 +20,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Span
 
 from . import _w3c_fast as w3c_fast
-from ._semconv import RESERVED_META_KEYS
+from ._semconv import EXTRA_TRACE_KEY_SOURCES, RESERVED_META_KEYS
 
 META = "_meta"
 
@@ -226,3 +226,43 @@ def propagator_fields() -> tuple[str, ...]:
         fields = set()
     extra = tuple(sorted(f for f in fields if f not in RESERVED_META_KEYS))
     return RESERVED_META_KEYS + extra
+
+
+# ------------------------------------------------------------------ extra trace-context keys
+# Some agents that trace themselves read the context from keys of their own (Qwen Code:
+# ``qwen.telemetry.traceparent``). With the ``extra_trace_keys`` setting the engine writes those beside the
+# reserved keys, and strips them from what it receives; without it, the functions above run as they are.
+
+Injector = Callable[[Any, "Context | None", "Span | None"], Any]
+Stripper = Callable[[Any, Collection[str]], "tuple[Any, dict[str, str] | None]"]
+
+
+def extra_key_injector(extra_keys: Collection[str]) -> Injector:
+    """:func:`inject_context` that also writes each of ``extra_keys`` with the value of the reserved key it
+    ends with (``...traceparent`` / ``...tracestate``), when the propagator wrote that one."""
+    pairs = tuple((key, source) for key in extra_keys for source in EXTRA_TRACE_KEY_SOURCES if key.endswith(source))
+
+    def inject(params: Any, context: Context | None, span: Span | None = None) -> Any:
+        carrier = carrier_for(context, span)  # a fresh dict
+        if carrier:
+            for key, source in pairs:
+                value = carrier.get(source)
+                if value is not None:
+                    carrier[key] = value
+        return inject_into_params(params, carrier)
+
+    return inject
+
+
+def extra_key_stripper(extra_keys: Collection[str]) -> Stripper:
+    """:func:`strip_and_extract` for keys that include ``extra_keys``: those are stripped from the message too,
+    but only the others (the propagator's) make up the carrier."""
+    extra = frozenset(extra_keys)
+
+    def strip(message: Any, keys: Collection[str]) -> tuple[Any, dict[str, str] | None]:
+        stripped, carrier = strip_and_extract(message, keys)
+        if carrier is not None and not extra.isdisjoint(carrier):
+            carrier = {k: v for k, v in carrier.items() if k not in extra} or None
+        return stripped, carrier
+
+    return strip

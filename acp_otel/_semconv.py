@@ -228,3 +228,18 @@ SERVER_ADDRESS = "server.address"
 SERVER_PORT = "server.port"
 CLIENT_ADDRESS = "client.address"
 CLIENT_PORT = "client.port"
+
+# ---------------------------------------- tool call names, requests that serve a tool call, extra trace keys
+
+# Where known agents put a tool call's programmatic name in a tool call update's ``_meta``, tried in this order
+# after ACP's own ``name``: Claude Code (``_meta.claudeCode.toolName``), Qwen Code (``_meta.toolName``).
+META_CLAUDE_CODE = "claudeCode"
+META_TOOL_NAME = "toolName"
+# A tool call content item that embeds a terminal: {"type": "terminal", "terminalId": ...}.
+TERMINAL_CONTENT_TYPE = "terminal"
+# Agent -> client requests that do a tool call's work: children of the tool call they serve.
+TOOL_SERVING_PREFIXES = ("fs/", "terminal/")
+# Extra trace-context keys: presets (known agents' own _meta keys) and the reserved key a literal key's value
+# comes from (by its suffix).
+EXTRA_TRACE_KEY_PRESETS = {"qwen": ("qwen.telemetry.traceparent", "qwen.telemetry.tracestate")}
+EXTRA_TRACE_KEY_SOURCES = ("traceparent", "tracestate")

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._semconv import EXTRA_TRACE_KEY_PRESETS, EXTRA_TRACE_KEY_SOURCES, RESERVED_META_KEYS
+
 _log = logging.getLogger("acp_otel")
 
 ENV_EXCLUDED_METHODS = "OTEL_PYTHON_ACP_EXCLUDED_METHODS"
@@ -27,6 +29,10 @@ ENV_INJECT_EXCLUDED_METHODS = "OTEL_PYTHON_ACP_INJECT_EXCLUDED_METHODS"
 ENV_FLUSH_ON_EXIT = "OTEL_PYTHON_ACP_FLUSH_ON_EXIT"
 ENV_TOOL_SPANS = "OTEL_PYTHON_ACP_TOOL_SPANS"
 ENV_USAGE = "OTEL_PYTHON_ACP_USAGE"
+# Tool names from titles (agents that name tools nowhere else) and extra trace-context keys (agents that read
+# the context elsewhere than the reserved keys).
+ENV_TOOL_NAMES_FROM_TITLES = "OTEL_PYTHON_ACP_TOOL_NAMES_FROM_TITLES"
+ENV_EXTRA_TRACE_KEYS = "OTEL_PYTHON_ACP_EXTRA_TRACE_KEYS"
 
 # turn: session/update inside a turn has no span (counted / events on the turn or tool span);
 # all: a span per notification; events: an event per session/update on the turn; none: no notification spans.
@@ -88,6 +94,10 @@ class Settings:
     inject_excluded_methods: MethodMatcher = field(default_factory=MethodMatcher)
     flush_on_exit: bool = True
     usage: str = "auto"
+    # A tool call's name from the leading identifier of its first title (when nothing better names it).
+    tool_names_from_titles: bool = False
+    # _meta keys written beside the reserved ones (expanded presets and literal keys; see _parse_trace_keys).
+    extra_trace_keys: tuple[str, ...] = ()
 
 
 def _parse_bool(name: str, value: Any, default: bool) -> bool:
@@ -134,6 +144,39 @@ def _parse_choice(name: str, value: Any, default: str, choices: tuple[str, ...])
     return default
 
 
+def _parse_trace_keys(name: str, value: Any) -> tuple[str, ...]:
+    """Extra trace-context keys: each entry a preset name (``qwen``) or a literal ``_meta`` key ending in
+    ``traceparent`` or ``tracestate``; other entries are ignored with a warning. Order kept, duplicates and the
+    reserved keys themselves (always written) dropped."""
+    if isinstance(value, str):
+        items = value.split(",")
+    elif isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        items = list(value)
+    else:
+        _log.warning("acp_otel: invalid value %r for %s; using no extra trace keys", value, name)
+        return ()
+    keys: list[str] = []
+    for item in items:
+        entry = item.strip()
+        if not entry:
+            continue
+        preset = EXTRA_TRACE_KEY_PRESETS.get(entry.lower())
+        if preset is not None:
+            found: tuple[str, ...] = preset
+        elif entry.endswith(EXTRA_TRACE_KEY_SOURCES):
+            found = (entry,)
+        else:
+            _log.warning(
+                "acp_otel: %r in %s is neither a preset (%s) nor a key ending in traceparent or tracestate; ignored",
+                entry,
+                name,
+                ", ".join(sorted(EXTRA_TRACE_KEY_PRESETS)),
+            )
+            continue
+        keys.extend(k for k in found if k not in keys and k not in RESERVED_META_KEYS)
+    return tuple(keys)
+
+
 # option name -> (environment variable, parser)
 _OPTIONS: dict[str, tuple[str, Any]] = {
     "excluded_methods": (ENV_EXCLUDED_METHODS, lambda n, v, d: _parse_methods(n, v)),
@@ -154,6 +197,8 @@ _OPTIONS: dict[str, tuple[str, Any]] = {
     "inject_excluded_methods": (ENV_INJECT_EXCLUDED_METHODS, lambda n, v, d: _parse_methods(n, v)),
     "flush_on_exit": (ENV_FLUSH_ON_EXIT, _parse_bool),
     "usage": (ENV_USAGE, lambda n, v, d: _parse_choice(n, v, d, USAGE_MODES)),
+    "tool_names_from_titles": (ENV_TOOL_NAMES_FROM_TITLES, _parse_bool),
+    "extra_trace_keys": (ENV_EXTRA_TRACE_KEYS, lambda n, v, d: _parse_trace_keys(n, v)),
 }
 
 

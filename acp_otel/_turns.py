@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import time
 from typing import Any
 
@@ -44,6 +45,39 @@ _MAX_CURRENCY = 16  # characters (ISO 4217 codes are 3)
 # Sessions whose last cumulative cost is remembered per connection (the oldest goes first).
 MAX_COST_SESSIONS = 1024
 
+# Where a tool call's name came from, best first (a better source found later renames the span).
+NAME_ACP, NAME_META, NAME_TITLE, NAME_KIND, NAME_NONE = range(5)
+# tool_names_from_titles: a title that is a plain identifier, alone or before a ':' ("ReadFile",
+# "ReadFile: notes.txt"). Anything else (spaces, paths, arguments) names nothing: titles are content.
+_TITLE_NAME = re.compile(r"[ \t]*([A-Za-z0-9_.\-]{1,64})[ \t]*(?::|\Z)")
+MAX_TERMINALS = 256  # terminal ids remembered per turn (a hostile agent can invent endless ones)
+
+
+def declared_tool_name(update: dict[str, Any]) -> tuple[str | None, int]:
+    """The programmatic tool name an update declares and its rank: ACP's ``name``, else what known agents put
+    in ``_meta`` (Claude Code ``claudeCode.toolName``, Qwen Code ``toolName``); ``(None, NAME_NONE)`` if none."""
+    name = update.get("name")
+    if type(name) is str and name:
+        return name, NAME_ACP
+    meta = update.get("_meta")
+    if type(meta) is dict:
+        agent_meta = meta.get(sc.META_CLAUDE_CODE)
+        if type(agent_meta) is dict:
+            name = agent_meta.get(sc.META_TOOL_NAME)
+            if type(name) is str and name:
+                return name, NAME_META
+        name = meta.get(sc.META_TOOL_NAME)
+        if type(name) is str and name:
+            return name, NAME_META
+    return None, NAME_NONE
+
+
+def title_tool_name(title: str) -> str | None:
+    """The tool name a title gives under ``tool_names_from_titles``: its leading identifier, when the title is
+    that identifier alone or followed by ``:`` (``ReadFile``, ``ReadFile: notes.txt``); else ``None``."""
+    match = _TITLE_NAME.match(title)
+    return match.group(1) if match is not None else None
+
 
 def truncate(value: Any, limit: int) -> str:
     """``value`` as text (JSON for non-strings), at most ``limit`` characters."""
@@ -55,9 +89,9 @@ def truncate(value: Any, limit: int) -> str:
 
 
 class ToolCall:
-    """One open tool call: its span and what its metric needs."""
+    """One open tool call: its span, its name and where that came from, and what its metric needs."""
 
-    __slots__ = ("context", "events", "kind", "span", "started", "status", "updates")
+    __slots__ = ("context", "events", "kind", "name", "name_rank", "span", "started", "status", "titled", "updates")
 
     def __init__(self, span: Span, context: Context, kind: str | None, status: str | None) -> None:
         self.span = span
@@ -67,6 +101,9 @@ class ToolCall:
         self.started = time.monotonic()
         self.updates = 0
         self.events = 0
+        self.name: str | None = None  # gen_ai.tool.name (truncated), from the source ranked name_rank
+        self.name_rank = NAME_NONE
+        self.titled = False  # a title was seen: only the first one may name the tool
 
 
 class Turn:
@@ -97,6 +134,7 @@ class Turn:
         "span",
         "started",
         "stop_reason",
+        "terminals",
         "tools",
         "updates",
         "usage",
@@ -119,6 +157,7 @@ class Turn:
         self.tools: dict[str, ToolCall] = {}
         # Both built on first use: most turns finish no tool call and report no usage.
         self.closed_tools: set[str] | None = None
+        self.terminals: dict[str, str] | None = None  # terminal id -> the tool call whose content embedded it
         self.stop_reason: str | None = None
         self.error_type: str | None = None
         self.usage: dict[str, int] | None = None
@@ -149,6 +188,22 @@ class Turn:
         tool = self.tools.get(tool_call_id) if type(tool_call_id) is str else None
         return tool.context if tool is not None else None
 
+    def served_tool_context(self, params: Any) -> Context | None:
+        """The context of the tool call an ``fs/*`` / ``terminal/*`` request serves, if this side knows it: the
+        tool call whose content embedded the request's ``terminalId`` (none once that tool call ended), else
+        the one tool call open, when exactly one is."""
+        terminals = self.terminals
+        if terminals is not None and type(params) is dict:
+            terminal_id = params.get("terminalId")
+            if type(terminal_id) is str:
+                tool_call_id = terminals.get(terminal_id)
+                if tool_call_id is not None:
+                    return self.tool_context(tool_call_id)
+        if len(self.tools) == 1:
+            for tool in self.tools.values():
+                return tool.context
+        return None
+
 
 class TurnLayer:
     """Starts and ends turn and tool spans, counts chunks, records the agent-level metrics."""
@@ -164,6 +219,7 @@ class TurnLayer:
         self._max_len = settings.capture_content_max_length
         self._max_events = settings.max_events_per_span
         self._usage = settings.usage
+        self._names_from_titles = settings.tool_names_from_titles
 
     # ------------------------------------------------------------------ turns
 
@@ -462,13 +518,20 @@ class TurnLayer:
         else:
             tool.updates += 1
             kind = update.get("kind")
+            kind_changed = False
             if type(kind) is str and tool.kind != kind:
                 tool.kind = kind
+                kind_changed = True
                 if tool.span.is_recording():
                     tool.span.set_attribute(sc.ACP_TOOL_CALL_KIND, kind)
+            # A better name may come with a later update: only updates that may carry one are looked at.
+            if tool.name_rank != NAME_ACP and (
+                kind_changed or "name" in update or "_meta" in update or not tool.titled
+            ):
+                self._rename_tool(tool, update)
             if self._capture:
                 self._tool_content(tool.span, update)
-        if status is not None and status != tool.status:
+        if status is not None and status != tool.status:  # written out: every status change of every tool call
             tool.status = status
             span = tool.span
             if span.is_recording():
@@ -476,17 +539,99 @@ class TurnLayer:
                 if tool.events < self._max_events:
                     tool.events += 1
                     span.add_event(sc.TOOL_STATUS_EVENT, {sc.ACP_TOOL_CALL_STATUS: status})
+        if "content" in update:
+            self._note_terminals(turn, tool_call_id, update)
         context = tool.context
         if status in _FINAL_STATUSES:
             self._end_tool(turn, tool_call_id, tool, None)
         return context
 
+    def sight_tool(self, turn: Turn, tool_call: Any, make_tools: bool) -> Context | None:
+        """A ``session/request_permission``'s ``toolCall`` (a tool call update): the context of the tool call it
+        names. A tool call not seen yet is first seen here (some agents ask before they announce the call): its
+        span opens now, when this side makes tool spans, so that the user's decision time is inside it."""
+        if type(tool_call) is not dict:
+            return None
+        tool_call_id = tool_call.get("toolCallId")
+        if type(tool_call_id) is not str:
+            return None
+        tool = turn.tools.get(tool_call_id)
+        if tool is not None:
+            return tool.context
+        closed = turn.closed_tools
+        if not make_tools or (closed is not None and tool_call_id in closed) or len(turn.tools) >= MAX_OPEN_TOOLS:
+            return None
+        status = tool_call.get("status")
+        if type(status) is not str:
+            status = None
+        tool = self._open_tool(turn, tool_call_id, tool_call, status)
+        if status is not None:
+            self._tool_status(tool, status)  # not final here: the tool call's own updates end it
+        if "content" in tool_call:
+            self._note_terminals(turn, tool_call_id, tool_call)
+        return tool.context
+
+    def _tool_status(self, tool: ToolCall, status: str) -> None:
+        tool.status = status
+        span = tool.span
+        if span.is_recording():
+            span.set_attribute(sc.ACP_TOOL_CALL_STATUS, status)
+            if tool.events < self._max_events:
+                tool.events += 1
+                span.add_event(sc.TOOL_STATUS_EVENT, {sc.ACP_TOOL_CALL_STATUS: status})
+
+    def _note_terminals(self, turn: Turn, tool_call_id: str, update: dict[str, Any]) -> None:
+        """Remember the terminals a tool call's content embeds: later ``terminal/*`` requests naming them serve it."""
+        content = update.get("content")
+        if type(content) is not list:
+            return
+        for item in content:
+            if type(item) is dict and item.get("type") == sc.TERMINAL_CONTENT_TYPE:
+                terminal_id = item.get("terminalId")
+                if type(terminal_id) is str:
+                    terminals = turn.terminals
+                    if terminals is None:
+                        terminals = turn.terminals = {}
+                    if terminal_id in terminals or len(terminals) < MAX_TERMINALS:
+                        terminals[terminal_id] = tool_call_id
+
+    def _tool_name(self, tool: ToolCall | None, update: dict[str, Any], kind: str | None) -> tuple[str | None, int]:
+        """The best name known for a tool call after ``update`` (``tool``: None when it opens with it), and its
+        rank: the update's declared name, the first title (``tool_names_from_titles``), the kind."""
+        name, rank = declared_tool_name(update)
+        first_title = tool is None or not tool.titled
+        if first_title:
+            title = update.get("title")
+            if type(title) is str:
+                if tool is not None:
+                    tool.titled = True
+                if name is None and self._names_from_titles:
+                    name = title_tool_name(title)
+                    if name is not None:
+                        rank = NAME_TITLE
+        if name is None and kind is not None:
+            return kind, NAME_KIND
+        return name, rank
+
+    def _rename_tool(self, tool: ToolCall, update: dict[str, Any]) -> None:
+        """Name the open tool call's span after a better source than the one it has (or the kind it now has)."""
+        name, rank = self._tool_name(tool, update, tool.kind)
+        if name is None or rank > tool.name_rank:
+            return
+        name = name[:_MAX_NAME]
+        if name == tool.name or (rank == tool.name_rank and rank != NAME_KIND):
+            return  # the first name of a source stays; one from the kind follows the kind
+        tool.name, tool.name_rank = name, rank
+        span = tool.span
+        if span.is_recording():
+            span.update_name(f"{sc.EXECUTE_TOOL} {name}")
+            span.set_attribute(sc.GEN_AI_TOOL_NAME, name)
+
     def _open_tool(self, turn: Turn, tool_call_id: str, update: dict[str, Any], status: str | None) -> ToolCall:
-        name = update.get("name")  # ACP v2 / rc3: the programmatic tool name
         kind = update.get("kind")
         if type(kind) is not str:
             kind = None
-        label = name if type(name) is str and name else kind
+        label, rank = self._tool_name(None, update, kind)
         attributes: dict[str, Any] = {
             sc.GEN_AI_OPERATION_NAME: sc.EXECUTE_TOOL,
             sc.GEN_AI_TOOL_CALL_ID: tool_call_id,
@@ -507,6 +652,8 @@ class TurnLayer:
         if self._capture and span.is_recording():
             self._tool_content(span, update)
         tool = ToolCall(span, trace.set_span_in_context(span, turn.context), kind, None)
+        tool.name, tool.name_rank = label, rank
+        tool.titled = type(update.get("title")) is str
         turn.tools[tool_call_id] = tool
         return tool
 

@@ -95,7 +95,8 @@ def test_untraced_message_in_a_turn_joins_it_and_a_traced_parent_wins(spans: Any
     turn, tool = one(finished, "session/prompt"), one(finished, "execute_tool read")
     assert parent_of(one(finished, "session/request_permission")) == span_id(tool)
     reads = {s.attributes["jsonrpc.request.id"]: s for s in finished if s.name == "fs/read_text_file"}
-    assert parent_of(reads["8"]) == span_id(turn)
+    assert parent_of(reads["8"]) == span_id(tool)  # the one tool call open: the request serves it
+    assert parent_of(tool) == span_id(turn)
     assert parent_of(reads["9"]) == span_id(other)  # a sender's own context is kept
 
 

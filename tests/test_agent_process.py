@@ -47,11 +47,11 @@ async def test_untraced_agent_the_client_makes_the_tool_span(instrument: Any, ex
     else:
         assert "acp.tool_call.ended_by" not in tool.attributes
     # Messages from the untraced agent join the turn instead of starting traces of their own:
-    # the permission request under the tool call it names, the file read under the turn.
+    # the permission request under the tool call it names, the file read under the one tool call open.
     permission = one(spans, "session/request_permission", SpanKind.SERVER)
     assert parent_of(permission) == span_id(tool)
     assert tool.start_time <= permission.start_time and permission.end_time <= tool.end_time
-    assert parent_of(one(spans, "fs/read_text_file", SpanKind.SERVER)) == span_id(turn)
+    assert parent_of(one(spans, "fs/read_text_file", SpanKind.SERVER)) == span_id(tool)
     read = one(spans, "fs/read_text_file", SpanKind.SERVER)
     assert {trace_id(s) for s in (turn, tool, permission, read)} == {trace_id(turn)}
     assert SECRET not in all_text(spans)

@@ -63,7 +63,8 @@ async def test_full_turn_is_one_connected_trace(instrument: Any, exporter: Any, 
     # agent handler -> agent's requests back to the client -> client handlers
     for method in ("session/request_permission", "fs/read_text_file", "_test.dev/echo"):
         out, inc = one(spans, method, C), one(spans, method, S)
-        expected = tool if method == "session/request_permission" else server_prompt
+        # the permission under the tool it names, the file read under the one tool call open
+        expected = server_prompt if method == "_test.dev/echo" else tool
         assert parent_of(out) == span_id(expected), method
         assert parent_of(inc) == span_id(out), method
         assert inc.parent.is_remote
@@ -339,8 +340,9 @@ async def test_excluded_methods_still_propagate(instrument: Any, exporter: Any, 
     await _turn(lambda: pair(client=client), exporter)
     spans = exporter.get_finished_spans()
     assert not find(spans, "fs/read_text_file") and not find(spans, "session/update")
-    # context still crossed the excluded request: the client's own span is a child of the agent's prompt
-    assert parent_of(one(spans, "client-reads-file")) == span_id(one(spans, "session/prompt", S))
+    # context still crossed the excluded request: the client's own span is a child of the agent's tool call
+    # the read serves (the one open)
+    assert parent_of(one(spans, "client-reads-file")) == span_id(one(spans, "execute_tool read"))
     one(spans, "session/request_permission", S)
 
 

@@ -65,7 +65,8 @@ async def test_turn_across_processes(instrument: Any, exporter: Any, tmp_path: P
     for method in ("session/request_permission", "fs/read_text_file", "_test.dev/echo"):
         out = _by(agent, method, "CLIENT")
         inc = one(spans, method, SpanKind.SERVER)
-        expected = tool if method == "session/request_permission" else server_prompt
+        # the permission under the tool it names, the file read under the one tool call open
+        expected = server_prompt if method == "_test.dev/echo" else tool
         assert out["parent_id"] == expected["span_id"]
         assert f"{inc.parent.span_id:016x}" == out["span_id"] and inc.parent.is_remote
     producers = {r["span_id"] for r in agent if r["name"] == "session/update" and r["kind"] == "PRODUCER"}

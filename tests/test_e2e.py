@@ -182,8 +182,9 @@ def test_turn_is_one_trace_across_processes(request: pytest.FixtureRequest, prot
     for method in ("session/request_permission", "fs/read_text_file", "_example.com/workspace/buffers"):
         out = one(turn, method, "CLIENT", AGENT_SERVICE)
         inc = one(turn, method, "SERVER", CLIENT_SERVICE)
-        # the permission request sits under the tool call it asks about
-        under = tools["tool-read"] if method == "session/request_permission" else server_prompt
+        # the permission request sits under the tool call it asks about, the file read under the tool call it
+        # serves (the one open)
+        under = server_prompt if method.startswith("_") else tools["tool-read"]
         assert out.parent_span_id == under.span_id
         assert inc.parent_span_id == out.span_id
     # session/update inside the turn: no spans by default (counted on the turn); other notifications keep theirs.

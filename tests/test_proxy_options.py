@@ -33,6 +33,14 @@ def test_flags_become_settings_and_the_command_is_kept_whole() -> None:
     assert settings.tool_spans == "never"
 
 
+def test_tool_name_and_extra_key_flags_become_settings() -> None:
+    flags = ["--tool-names-from-titles", "--extra-trace-keys", "qwen,acme.traceparent"]
+    options = options_from_args(build_parser().parse_args(["proxy", *flags, "--", "agent"]), environ={})
+    settings = load_settings(options.settings_options, environ={})
+    assert settings.tool_names_from_titles is True
+    assert settings.extra_trace_keys == ("qwen.telemetry.traceparent", "qwen.telemetry.tracestate", "acme.traceparent")
+
+
 def test_no_flags_leave_the_environment_in_charge() -> None:
     options = options_from_args(build_parser().parse_args(["proxy", "--", "agent"]), environ={})
     settings = load_settings(options.settings_options, environ={"OTEL_PYTHON_ACP_CAPTURE_CONTENT": "true"})

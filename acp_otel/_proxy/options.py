@@ -93,6 +93,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="comma-separated methods (wildcards * ?) not traced (OTEL_PYTHON_ACP_EXCLUDED_METHODS)",
     )
     parser.add_argument(
+        "--tool-names-from-titles",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="name tool calls nothing else names after the identifier their first title starts with "
+        "(OTEL_PYTHON_ACP_TOOL_NAMES_FROM_TITLES; default off)",
+    )
+    parser.add_argument(
+        "--extra-trace-keys",
+        metavar="KEYS",
+        help="comma-separated presets (qwen) or _meta keys ending in traceparent/tracestate, written beside the "
+        "reserved trace keys (OTEL_PYTHON_ACP_EXTRA_TRACE_KEYS; default none)",
+    )
+    parser.add_argument(
         "--max-line-bytes",
         type=int,
         default=DEFAULT_MAX_LINE_BYTES,
@@ -124,6 +137,8 @@ def options_from_args(args: argparse.Namespace, environ: Mapping[str, str] | Non
         "inject",
         "inject_excluded_methods",
         "excluded_methods",
+        "tool_names_from_titles",
+        "extra_trace_keys",
     ):
         value = getattr(args, name)
         if value is not None:

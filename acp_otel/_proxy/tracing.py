@@ -130,7 +130,7 @@ class MessageTracer:
         old_meta = old_meta if type(old_meta) is dict else {}
         values = {
             key: new_meta[key]
-            for key in self._engine.propagation_keys
+            for key in self._engine.injected_keys  # with the extra_trace_keys, when set
             if type(new_meta.get(key)) is str and (key not in old_meta or old_meta[key] != new_meta[key])
         }
         if not values:

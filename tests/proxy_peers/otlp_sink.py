@@ -46,6 +46,8 @@ class Span:
     attributes: dict[str, Any]
     service: str
     events: list[str] = field(default_factory=list)
+    start_ns: int = 0
+    end_ns: int = 0
 
 
 class OtlpSink:
@@ -103,6 +105,8 @@ class OtlpSink:
                             attributes={kv.key: _value(kv.value) for kv in s.attributes},
                             service=str(resource.get("service.name")),
                             events=[e.name for e in s.events],
+                            start_ns=s.start_time_unix_nano,
+                            end_ns=s.end_time_unix_nano,
                         )
                     )
         with self._lock:

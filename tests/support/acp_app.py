@@ -92,6 +92,9 @@ class TraceAgent:
             return {"stopReason": "cancelled"}
         if "exit" in text:
             os._exit(3)  # the peer process dies with the request pending
+        if "echo-meta" in text:  # the _meta keys the handler got as keyword arguments, sent back
+            seen = {k: v for k, v in kwargs.items() if isinstance(v, str)}
+            return {"stopReason": "end_turn", "_meta": {"kwargs": seen}}
         if "missing-ext" in text:
             try:
                 await conn.ext_method("test.dev/missing", {"q": 1})
@@ -128,6 +131,84 @@ class TraceAgent:
         return {"stopReason": "end_turn"}
 
 
+# Tool call scripts (ToolAgent): session/update payloads, ("permission", toolCall) and ("request", method, params),
+# sent raw in order (sessionId added). They reproduce what real agents send (DESIGN.md §7).
+TERMINAL_ID = "term-1"
+TOOL_SCRIPTS: dict[str, list[Any]] = {
+    # Codex: asks permission before it announces the tool call.
+    "codex": [
+        ("permission", {"toolCallId": "call_3", "status": "pending", "kind": "execute", "title": "cat notes.txt"}),
+        {
+            "sessionUpdate": "tool_call",
+            "toolCallId": "call_3",
+            "status": "in_progress",
+            "kind": "execute",
+            "title": "cat notes.txt",
+        },
+        {"sessionUpdate": "tool_call_update", "toolCallId": "call_3", "status": "completed"},
+    ],
+    # kimi: no kind, no name; the first title is the bare tool name, later ones add arguments; fs/* and
+    # terminal/* requests while the tool call runs, the terminal embedded in the tool call's content.
+    "kimi": [
+        {"sessionUpdate": "tool_call", "toolCallId": "k/call_1", "status": "in_progress", "title": "ReadFile"},
+        {"sessionUpdate": "tool_call_update", "toolCallId": "k/call_1", "title": "ReadFile: notes.txt"},
+        ("request", "fs/read_text_file", {"path": SECRET_PATH}),
+        {"sessionUpdate": "tool_call_update", "toolCallId": "k/call_1", "status": "completed"},
+        {"sessionUpdate": "tool_call", "toolCallId": "k/call_2", "status": "in_progress", "title": "Shell"},
+        {"sessionUpdate": "tool_call_update", "toolCallId": "k/call_2", "title": "Shell: ls"},
+        ("request", "terminal/create", {"command": "ls"}),
+        {
+            "sessionUpdate": "tool_call_update",
+            "toolCallId": "k/call_2",
+            "content": [{"type": "terminal", "terminalId": TERMINAL_ID}],
+        },
+        ("request", "terminal/wait_for_exit", {"terminalId": TERMINAL_ID}),
+        ("request", "terminal/output", {"terminalId": TERMINAL_ID}),
+        ("request", "terminal/release", {"terminalId": TERMINAL_ID}),
+        {"sessionUpdate": "tool_call_update", "toolCallId": "k/call_2", "status": "completed"},
+    ],
+    # Two tool calls open at once: a terminal request goes by its terminalId, anything else to the turn.
+    "two-open": [
+        {"sessionUpdate": "tool_call", "toolCallId": "a", "status": "in_progress", "kind": "execute", "title": "x"},
+        {"sessionUpdate": "tool_call", "toolCallId": "b", "status": "in_progress", "kind": "read", "title": "y"},
+        ("request", "terminal/create", {"command": "ls"}),  # 2 open, no terminalId known yet: the turn
+        {
+            "sessionUpdate": "tool_call_update",
+            "toolCallId": "a",
+            "content": [{"type": "terminal", "terminalId": TERMINAL_ID}],
+        },
+        ("request", "terminal/output", {"terminalId": TERMINAL_ID}),  # by its terminalId: a
+        ("request", "fs/read_text_file", {"path": SECRET_PATH}),  # 2 open: the turn
+        {"sessionUpdate": "tool_call_update", "toolCallId": "b", "status": "completed"},
+        ("request", "fs/write_text_file", {"path": SECRET_PATH, "content": "x"}),  # 1 open: a
+        {"sessionUpdate": "tool_call_update", "toolCallId": "a", "status": "completed"},
+        ("request", "terminal/release", {"terminalId": TERMINAL_ID}),  # its tool call ended: the turn
+    ],
+}
+
+
+class ToolAgent(TraceAgent):
+    """Runs the tool call script the prompt text names (``TOOL_SCRIPTS``), or the script it was given."""
+
+    def __init__(self, script: list[Any] | None = None) -> None:
+        super().__init__()
+        self.script = script
+
+    async def prompt(self, prompt: Any, session_id: str, **kwargs: Any) -> dict[str, Any]:
+        script = self.script if self.script is not None else TOOL_SCRIPTS[_text_of(prompt).strip()]
+        raw = self.conn._conn  # raw: the messages reach the wire exactly as a foreign agent writes them
+        for step in script:
+            if isinstance(step, dict):
+                await raw.send_notification("session/update", {"sessionId": session_id, "update": step})
+            elif step[0] == "permission":
+                options = [{"optionId": "allow", "name": "Allow", "kind": "allow_once"}]
+                params = {"sessionId": session_id, "toolCall": step[1], "options": options}
+                await raw.send_request("session/request_permission", params)
+            else:
+                await raw.send_request(step[1], {"sessionId": session_id, **step[2]})
+        return {"stopReason": "end_turn"}
+
+
 class NoKwargsAgent(TraceAgent):
     """An agent whose initialize has no ``**kwargs``: any unexpected ``_meta`` key breaks it."""
 
@@ -145,6 +226,7 @@ class TraceClient:
         self.ext_notes: list[tuple[str, dict[str, Any]]] = []
         self.ext_params: list[dict[str, Any]] = []
         self.conn: Any = None
+        self.permission_delay = 0.0  # seconds the "user" takes to decide
 
     def on_connect(self, conn: Any) -> None:
         self.conn = conn
@@ -153,6 +235,8 @@ class TraceClient:
         self.updates.append(update)
 
     async def request_permission(self, options: Any, session_id: str, tool_call: Any, **kwargs: Any) -> dict[str, Any]:
+        if self.permission_delay:
+            await asyncio.sleep(self.permission_delay)
         first = options[0]
         option_id = getattr(first, "option_id", None) or first["optionId"]
         return {"outcome": {"outcome": "selected", "optionId": option_id}}
@@ -162,6 +246,18 @@ class TraceClient:
 
     async def write_text_file(self, **kwargs: Any) -> None:
         return None
+
+    async def create_terminal(self, **kwargs: Any) -> dict[str, Any]:
+        return {"terminalId": TERMINAL_ID}
+
+    async def terminal_output(self, **kwargs: Any) -> dict[str, Any]:
+        return {"output": "notes.txt\n", "truncated": False}
+
+    async def wait_for_terminal_exit(self, **kwargs: Any) -> dict[str, Any]:
+        return {"exitCode": 0}
+
+    async def release_terminal(self, **kwargs: Any) -> dict[str, Any]:
+        return {}
 
     async def ext_method(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         if method == "test.dev/echo":
@@ -266,7 +362,7 @@ class UsageAgent(TraceAgent):
         }
 
 
-AGENTS = {"trace": TraceAgent, "nokwargs": NoKwargsAgent, "usage": UsageAgent}
+AGENTS = {"trace": TraceAgent, "nokwargs": NoKwargsAgent, "usage": UsageAgent, "tools": ToolAgent}
 
 
 def agent_main(argv: list[str]) -> None:
