@@ -124,3 +124,30 @@ def prerelease_zero_code(session: nox.Session) -> None:
     )
     # The whole file: the opentelemetry-instrument entry point, and instrument() called in code.
     session.run("pytest", "-q", "-p", "no:cacheprovider", "tests/test_instrumentor.py")
+
+
+# Real third-party agents (tests/real_agents): kimi-cli from PyPI beside acp-otel, the npm agents from
+# tests/real_agents/package-lock.json. Python 3.13: kimi-cli needs >= 3.12, and 3.12.1 cannot import it.
+REAL_AGENTS_PYTHON = "3.13"
+KIMI_CLI = "kimi-cli==1.52.0"
+
+
+@nox.session(python=REAL_AGENTS_PYTHON)
+def real_agents(session: nox.Session) -> None:
+    """Claude Code, codex, kimi-cli and Qwen Code behind ``acp-otel proxy``, offline (a scripted model)."""
+    session.install(".[test]", KIMI_CLI, "pytest-xdist")
+    session.run(
+        "npm", "ci", "--no-audit", "--no-fund", "--loglevel=error", "--prefix", "tests/real_agents", external=True
+    )
+    session.run(
+        "pytest",
+        "-q",
+        "-rs",
+        "-p",
+        "no:cacheprovider",
+        "-n",
+        "3",
+        "tests/real_agents",
+        *session.posargs,
+        env={"ACP_OTEL_REAL_AGENTS": "1"},
+    )

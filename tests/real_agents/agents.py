@@ -40,9 +40,7 @@ class Agent:
 
 def clean_env(home: Path, **extra: str) -> dict[str, str]:
     """This process's environment without provider/telemetry variables, with a private HOME, plus ``extra``."""
-    env = {
-        k: v for k, v in os.environ.items() if k not in _DROP and not any(k.startswith(p) for p in _DROP_PREFIXES)
-    }
+    env = {k: v for k, v in os.environ.items() if k not in _DROP and not any(k.startswith(p) for p in _DROP_PREFIXES)}
     env.update(HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"), XDG_CACHE_HOME=str(home / ".cache"))
     env.update(PYTHONPATH=str(REPO))  # the proxy (and an in-process traced agent) import acp_otel from here
     env.update(extra)
@@ -58,9 +56,7 @@ def _node_package(package: str, entry: str) -> Path:
         npm = shutil.which("npm")
         if npm is None:
             pytest.skip("npm is not installed")
-        subprocess.run(
-            [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=HERE, check=True, timeout=600
-        )
+        subprocess.run([npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=HERE, check=True, timeout=600)
     if not path.exists():
         pytest.skip(f"{package} has no {entry} after npm ci")
     return path
@@ -72,7 +68,7 @@ def kimi_agent(home: Path, model_url: str, *, traced: bool = False) -> Agent:
     ``traced``: run it through ``kimi_traced.py``, which instruments its ACP SDK with acp-otel in process.
     """
     if sys.version_info < (3, 12, 4):
-        pytest.skip("kimi-cli needs Python >= 3.12 (and 3.12.1 fails importing it: a typing bug with slotted generic dataclasses)")
+        pytest.skip("kimi-cli needs Python >= 3.12 (3.12.1 cannot import it: slotted generic dataclasses)")
     try:
         import kimi_cli  # noqa: F401
     except ImportError:

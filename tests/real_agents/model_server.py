@@ -243,7 +243,8 @@ class ModelServer:
                     1
                     for item in items
                     if isinstance(item, dict)
-                    and item.get("type") in ("function_call_output", "custom_tool_call_output", "local_shell_call_output")
+                    and item.get("type")
+                    in ("function_call_output", "custom_tool_call_output", "local_shell_call_output")
                 )
                 call = server.next_call(tools, done, "call_")
                 response_id = f"resp_{next(server._ids)}"
@@ -300,7 +301,10 @@ class ModelServer:
                             {"type": "response.created", "response": {**base, "status": "in_progress", "output": []}},
                         ),
                         *events,
-                        ("response.output_item.done", {"type": "response.output_item.done", "output_index": 0, "item": item}),
+                        (
+                            "response.output_item.done",
+                            {"type": "response.output_item.done", "output_index": 0, "item": item},
+                        ),
                         (
                             "response.completed",
                             {
@@ -313,9 +317,7 @@ class ModelServer:
 
             # OpenAI chat completions --------------------------------------------------------------
             def _chat(self, body: dict[str, Any]) -> None:
-                tools = [
-                    (t.get("function") or {}).get("name") for t in body.get("tools") or [] if isinstance(t, dict)
-                ]
+                tools = [(t.get("function") or {}).get("name") for t in body.get("tools") or [] if isinstance(t, dict)]
                 done = sum(1 for m in body.get("messages") or [] if isinstance(m, dict) and m.get("role") == "tool")
                 call = server.next_call(tools, done, "call_")
                 chunk_id = f"chatcmpl-{next(server._ids)}"

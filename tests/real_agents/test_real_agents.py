@@ -154,7 +154,7 @@ def assert_same_bytes(before: bytes, after: bytes) -> int:
     a, b = lines(before), lines(after)
     assert len(a) == len(b), (len(a), len(b))
     changed = 0
-    for old, new in zip(a, b):
+    for old, new in zip(a, b, strict=True):
         if old == new:
             continue
         changed += 1
@@ -206,7 +206,7 @@ def assert_spans(
         [(t.service, t.name, t.attributes.get("gen_ai.tool.call.id")) for t in tools],
     )
     by_call = {t.attributes.get("gen_ai.tool.call.id"): t for t in tools}
-    for call_id, tool_name in zip(call_ids, expect.tools):
+    for call_id, tool_name in zip(call_ids, expect.tools, strict=False):
         tool = by_call.get(call_id)
         if not check(tool is not None, f"tool span for {call_id}"):
             continue
@@ -344,13 +344,19 @@ async def test_traced_editor(name: str, tmp_path: Path, model: ModelServer, sink
     instrumentor.instrument(tracer_provider=provider)
     try:
         run = await run_turn(
-            agent.command, proxy_env(agent, sink, *expect.proxy_options), script.workspace, prompt_text(script), proxy_args=PROXY_ARGS
+            agent.command,
+            proxy_env(agent, sink, *expect.proxy_options),
+            script.workspace,
+            prompt_text(script),
+            proxy_args=PROXY_ARGS,
         )
     finally:
         instrumentor.uninstrument()
         provider.shutdown()
     assert_turn_ran(run, script)
-    spans = sink.wait_for(lambda s: len(tools_of(s)) >= 3 and {t.service for t in turn_of(s)} >= {EDITOR_SERVICE, PROXY_SERVICE})
+    spans = sink.wait_for(
+        lambda s: len(tools_of(s)) >= 3 and {t.service for t in turn_of(s)} >= {EDITOR_SERVICE, PROXY_SERVICE}
+    )
     editor_turns = [t for t in turn_of(spans) if t.service == EDITOR_SERVICE]
     assert len(editor_turns) == 1
     proxy_spans = [s for s in spans if s.service == PROXY_SERVICE]
@@ -378,7 +384,9 @@ async def test_kimi_traced_in_process(tmp_path: Path, model: ModelServer, sink: 
     env["OTEL_SERVICE_NAME"] = "kimi"  # the agent's (the proxy is named by --service-name)
     run = await run_turn(agent.command, env, script.workspace, prompt_text(script), proxy_args=PROXY_ARGS)
     assert_turn_ran(run, script)
-    spans = sink.wait_for(lambda s: len(tools_of(s)) >= 3 and {t.service for t in turn_of(s)} >= {"kimi", PROXY_SERVICE})
+    spans = sink.wait_for(
+        lambda s: len(tools_of(s)) >= 3 and {t.service for t in turn_of(s)} >= {"kimi", PROXY_SERVICE}
+    )
     check = Checks()
     check(not [t for t in tools_of(spans) if t.service == PROXY_SERVICE], "no tool span from the proxy")
     check(len({s.trace_id for s in turn_of(spans)}) == 1, "one trace")
@@ -401,7 +409,9 @@ async def test_qwen_own_telemetry(tmp_path: Path, model: ModelServer, sink: Sink
     run = await run_turn(agent.command, env, script.workspace, prompt_text(script), proxy_args=PROXY_ARGS)
     assert_turn_ran(run, script)
     spans = sink.wait_for(
-        lambda s: any(x.name == "qwen-code.interaction" for x in s) and turn_of([x for x in s if x.service == PROXY_SERVICE]),
+        lambda s: (
+            any(x.name == "qwen-code.interaction" for x in s) and turn_of([x for x in s if x.service == PROXY_SERVICE])
+        ),
         timeout=60,
     )
     spans = sink.wait_for(lambda s: len([t for t in tools_of(s) if t.service != PROXY_SERVICE]) >= 3, timeout=60)
