@@ -136,9 +136,14 @@ KIMI_CLI = "kimi-cli==1.52.0"
 def real_agents(session: nox.Session) -> None:
     """Claude Code, codex, kimi-cli and Qwen Code behind ``acp-otel proxy``, offline (a scripted model)."""
     session.install(".[test]", KIMI_CLI, "pytest-xdist")
-    session.run(
-        "npm", "ci", "--no-audit", "--no-fund", "--loglevel=error", "--prefix", "tests/real_agents", external=True
-    )
+    root = os.getcwd()
+    session.chdir("tests/real_agents")
+    # Not `npm ci`: Qwen Code's optional clipboard dependency names per-platform packages that were never
+    # published, which npm leaves out of the lock file and `npm ci` then reports as missing. `npm install
+    # --no-save` installs the lock file's versions without rewriting it; `npm ls` fails on any other version.
+    session.run("npm", "install", "--no-save", "--no-audit", "--no-fund", "--loglevel=error", external=True)
+    session.run("npm", "ls", "--depth=0", external=True, silent=True)
+    session.chdir(root)
     session.run(
         "pytest",
         "-q",

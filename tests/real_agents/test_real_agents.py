@@ -288,14 +288,20 @@ async def _direct_and_proxied(name: str, tmp_path: Path, model: ModelServer, sin
     expect = EXPECT[name]
     direct_agent = make_agent(name, tmp_path, model, "direct")
     direct = await run_turn(
-        direct_agent.command, {**direct_agent.env, "OTEL_SDK_DISABLED": "true"}, script.workspace, prompt_text(script)
+        direct_agent.command,
+        {**direct_agent.env, "OTEL_SDK_DISABLED": "true"},
+        script.workspace,
+        prompt_text(script),
+        grace=direct_agent.grace,
     )
     assert_turn_ran(direct, script)
     script.write_path.unlink()
 
     agent = make_agent(name, tmp_path, model, "proxied")
     env = proxy_env(agent, sink, *expect.proxy_options)
-    run = await run_turn(agent.command, env, script.workspace, prompt_text(script), proxy_args=PROXY_ARGS)
+    run = await run_turn(
+        agent.command, env, script.workspace, prompt_text(script), proxy_args=PROXY_ARGS, grace=agent.grace
+    )
     assert_turn_ran(run, script)
     check = Checks()
     # Every byte through, except the trace keys the proxy adds to the agent's and the editor's requests.
@@ -361,6 +367,7 @@ async def test_traced_editor(name: str, tmp_path: Path, model: ModelServer, sink
             script.workspace,
             prompt_text(script),
             proxy_args=PROXY_ARGS,
+            grace=agent.grace,
         )
     finally:
         instrumentor.uninstrument()
@@ -394,7 +401,9 @@ async def test_kimi_traced_in_process(tmp_path: Path, model: ModelServer, sink: 
     env = proxy_env(agent, sink, "OTEL_PYTHON_ACP_TOOL_NAMES_FROM_TITLES=true")
     # The proxy and the agent share the environment; the agent names itself.
     env["OTEL_SERVICE_NAME"] = "kimi"  # the agent's (the proxy is named by --service-name)
-    run = await run_turn(agent.command, env, script.workspace, prompt_text(script), proxy_args=PROXY_ARGS)
+    run = await run_turn(
+        agent.command, env, script.workspace, prompt_text(script), proxy_args=PROXY_ARGS, grace=agent.grace
+    )
     assert_turn_ran(run, script)
     spans = sink.wait_for(
         lambda s: len(tools_of(s)) >= 3 and {t.service for t in turn_of(s)} >= {"kimi", PROXY_SERVICE}
@@ -418,7 +427,9 @@ async def test_qwen_own_telemetry(tmp_path: Path, model: ModelServer, sink: Sink
         "OTEL_PYTHON_ACP_TOOL_SPANS=never",
         "OTEL_PYTHON_ACP_USAGE=never",
     )
-    run = await run_turn(agent.command, env, script.workspace, prompt_text(script), proxy_args=PROXY_ARGS)
+    run = await run_turn(
+        agent.command, env, script.workspace, prompt_text(script), proxy_args=PROXY_ARGS, grace=agent.grace
+    )
     assert_turn_ran(run, script)
     spans = sink.wait_for(
         lambda s: (
