@@ -38,7 +38,7 @@ class Agent:
     env: dict[str, str]
     # Seconds the editor waits, after closing the agent's stdin, before sending SIGTERM: agents that exit on
     # their own get long enough to do so under load; those that never do (Claude Code, codex) a short wait.
-    grace: float = 20.0
+    grace: float = 45.0
 
 
 def clean_env(home: Path, **extra: str) -> dict[str, str]:
