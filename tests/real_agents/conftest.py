@@ -12,5 +12,5 @@ from pathlib import Path
 
 if os.environ.get("ACP_OTEL_REAL_AGENTS") != "1":
     collect_ignore_glob = ["test_*.py"]
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+else:  # the helpers here import by their module names (agents, editor, sink, ...)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
