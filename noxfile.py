@@ -135,7 +135,10 @@ KIMI_CLI = "kimi-cli==1.52.0"
 @nox.session(python=REAL_AGENTS_PYTHON)
 def real_agents(session: nox.Session) -> None:
     """Claude Code, codex, kimi-cli and Qwen Code behind ``acp-otel proxy``, offline (a scripted model)."""
-    session.install(".[test]", KIMI_CLI, "pytest-xdist")
+    # uv (from PyPI) resolves kimi-cli's ~150 dependencies in seconds where pip takes minutes.
+    session.install("uv")
+    python = os.path.join(session.bin, "python")
+    session.run("uv", "pip", "install", "--quiet", "--python", python, ".[test]", KIMI_CLI, "pytest-xdist")
     root = os.getcwd()
     session.chdir("tests/real_agents")
     # Not `npm ci`: Qwen Code's optional clipboard dependency names per-platform packages that were never
