@@ -66,7 +66,10 @@ EXPECT = {
         cost=(0.0168, "USD"),
     ),
     "codex": Expect(("read", "execute", "execute"), context_used=1240, context_size=258400),
-    "qwen": Expect(("read_file", "write_file", "run_shell_command"), client_calls=(("fs/write_text_file", 1),)),
+    "qwen": Expect(
+        ("read_file", "write_file", "run_shell_command"),
+        client_calls=(("fs/read_text_file", 0), ("fs/write_text_file", 1)),
+    ),
 }
 
 
