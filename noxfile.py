@@ -165,3 +165,38 @@ def phoenix(session: nox.Session) -> None:
         *session.posargs,
         env={"ACP_OTEL_PHOENIX_PYTHON": server_python},
     )
+
+
+# Real third-party agents (tests/real_agents): kimi-cli from PyPI beside acp-otel, the npm agents from
+# tests/real_agents/package-lock.json. Python 3.13: kimi-cli needs >= 3.12, and 3.12.1 cannot import it.
+REAL_AGENTS_PYTHON = "3.13"
+KIMI_CLI = "kimi-cli==1.52.0"
+
+
+@nox.session(python=REAL_AGENTS_PYTHON)
+def real_agents(session: nox.Session) -> None:
+    """Claude Code, codex, kimi-cli and Qwen Code behind ``acp-otel proxy``, offline (a scripted model)."""
+    # uv (from PyPI) resolves kimi-cli's ~150 dependencies in seconds where pip takes minutes.
+    session.install("uv")
+    python = os.path.join(session.bin, "python")
+    session.run("uv", "pip", "install", "--quiet", "--python", python, ".[test]", KIMI_CLI, "pytest-xdist")
+    root = os.getcwd()
+    session.chdir("tests/real_agents")
+    # Not `npm ci`: Qwen Code's optional clipboard dependency names per-platform packages that were never
+    # published, which npm leaves out of the lock file and `npm ci` then reports as missing. `npm install
+    # --no-save` installs the lock file's versions without rewriting it; `npm ls` fails on any other version.
+    session.run("npm", "install", "--no-save", "--no-audit", "--no-fund", "--loglevel=error", external=True)
+    session.run("npm", "ls", "--depth=0", external=True, silent=True)
+    session.chdir(root)
+    session.run(
+        "pytest",
+        "-q",
+        "-rs",
+        "-p",
+        "no:cacheprovider",
+        "-n",
+        "3",
+        "tests/real_agents",
+        *session.posargs,
+        env={"ACP_OTEL_REAL_AGENTS": "1"},
+    )

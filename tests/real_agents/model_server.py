@@ -1,0 +1,403 @@
+"""A scripted model on loopback for real agents: Anthropic Messages, OpenAI Responses and chat completions.
+
+Every API streams (SSE) the same scripted turn: the model asks to read a file, then to write one, then to
+run a shell command, then answers with text, reporting token usage each time. The step is the number of
+tool results already in the request, so each agent's own loop drives it. Requests that offer no tools
+(titles, summaries, warm-ups) get a short text answer. The tool names and argument shapes are the agent's
+own: the first name the request offers from each step's candidates is used.
+"""
+
+from __future__ import annotations
+
+import http.server
+import itertools
+import json
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# Per step, candidate tools: (tool name, arguments builder). The first offered by the request wins.
+Args = Callable[["Script"], dict[str, Any]]
+
+
+@dataclass
+class Script:
+    """The scripted turn's files, command and canaries (strings that must never reach telemetry)."""
+
+    workspace: Path
+    canary: str
+
+    @property
+    def read_path(self) -> Path:
+        return self.workspace / f"{self.canary}-read.txt"
+
+    @property
+    def write_path(self) -> Path:
+        return self.workspace / f"{self.canary}-written.txt"
+
+    @property
+    def file_body(self) -> str:
+        return f"file body {self.canary}-FILE\n"
+
+    @property
+    def write_body(self) -> str:
+        return f"written {self.canary}-WRITE\n"
+
+    @property
+    def command(self) -> str:
+        return f"echo {self.canary}-SHELL"
+
+    @property
+    def answer(self) -> str:
+        return f"Done: {self.canary}-ANSWER"
+
+    def canaries(self) -> list[str]:
+        """Every secret string of the turn (file paths contain the canary too)."""
+        return [self.canary]
+
+    def prepare(self) -> None:
+        self.workspace.mkdir(parents=True, exist_ok=True)
+        self.read_path.write_text(self.file_body)
+
+
+STEPS: list[list[tuple[str, Args]]] = [
+    [  # read
+        ("Read", lambda s: {"file_path": str(s.read_path)}),
+        ("ReadFile", lambda s: {"path": str(s.read_path)}),
+        ("read_file", lambda s: {"file_path": str(s.read_path)}),
+        ("shell", lambda s: {"command": ["cat", str(s.read_path)], "workdir": str(s.workspace)}),
+        ("exec_command", lambda s: {"cmd": f"cat {s.read_path}", "workdir": str(s.workspace)}),
+    ],
+    [  # write
+        ("Write", lambda s: {"file_path": str(s.write_path), "content": s.write_body}),
+        ("WriteFile", lambda s: {"path": str(s.write_path), "content": s.write_body}),
+        ("write_file", lambda s: {"file_path": str(s.write_path), "content": s.write_body}),
+        (
+            "shell",
+            lambda s: {
+                "command": ["bash", "-lc", f"printf '%s' '{s.write_body}' > {s.write_path}"],
+                "workdir": str(s.workspace),
+            },
+        ),
+        (
+            "exec_command",
+            lambda s: {"cmd": f"printf '%s' '{s.write_body}' > {s.write_path}", "workdir": str(s.workspace)},
+        ),
+    ],
+    [  # shell
+        ("Bash", lambda s: {"command": s.command, "description": "Print a word"}),
+        ("Shell", lambda s: {"command": s.command}),
+        ("run_shell_command", lambda s: {"command": s.command, "description": "Print a word"}),
+        ("shell", lambda s: {"command": ["bash", "-lc", s.command], "workdir": str(s.workspace)}),
+        ("exec_command", lambda s: {"cmd": s.command, "workdir": str(s.workspace)}),
+    ],
+]
+
+USAGE = (1200, 40)  # input, output tokens per model call
+
+
+@dataclass
+class Call:
+    """One scripted model answer: a tool call, or text."""
+
+    tool: str | None
+    arguments: dict[str, Any]
+    text: str
+    call_id: str
+
+
+@dataclass
+class ModelServer:
+    """``with ModelServer(script) as model: model.url ...``; ``model.log`` holds (path, request body) pairs."""
+
+    script: Script
+    log: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    _ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
+
+    def __post_init__(self) -> None:
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                server.log.append((self.path, {}))
+                self._json({"object": "list", "data": [{"id": "fake-model", "object": "model"}]})
+
+            def do_HEAD(self) -> None:
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length) if length else b"{}"
+                try:
+                    body = json.loads(raw or b"{}")
+                except ValueError:
+                    body = {}
+                server.log.append((self.path, body))
+                path = self.path.split("?")[0]
+                if path.endswith("/messages/count_tokens"):
+                    self._json({"input_tokens": USAGE[0]})
+                elif path.endswith("/messages"):
+                    self._anthropic(body)
+                elif path.endswith("/responses"):
+                    self._responses(body)
+                elif path.endswith("/chat/completions"):
+                    self._chat(body)
+                else:
+                    self._json({})
+
+            def _json(self, payload: Any) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _sse(self, events: list[tuple[str | None, Any]]) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Cache-Control", "no-cache")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                for name, data in events:
+                    text = data if isinstance(data, str) else json.dumps(data)
+                    chunk = (f"event: {name}\n" if name else "") + f"data: {text}\n\n"
+                    self.wfile.write(chunk.encode())
+                self.wfile.flush()
+                self.close_connection = True
+
+            # Anthropic Messages -------------------------------------------------------------------
+            def _anthropic(self, body: dict[str, Any]) -> None:
+                tools = [t.get("name") for t in body.get("tools") or []]
+                done = sum(
+                    1
+                    for m in body.get("messages") or []
+                    if isinstance(m.get("content"), list)
+                    for b in m["content"]
+                    if isinstance(b, dict) and b.get("type") == "tool_result"
+                )
+                call = server.next_call(tools, done, "toolu_")
+                message_id = f"msg_{next(server._ids)}"
+                usage = {"input_tokens": USAGE[0], "output_tokens": 1, "cache_read_input_tokens": 0}
+                message = {
+                    "id": message_id,
+                    "type": "message",
+                    "role": "assistant",
+                    "model": body.get("model", "fake-model"),
+                    "content": [],
+                    "stop_reason": None,
+                    "stop_sequence": None,
+                    "usage": usage,
+                }
+                if call.tool is not None:
+                    block: dict[str, Any] = {"type": "tool_use", "id": call.call_id, "name": call.tool, "input": {}}
+                    delta = {"type": "input_json_delta", "partial_json": json.dumps(call.arguments)}
+                    stop = "tool_use"
+                else:
+                    block = {"type": "text", "text": ""}
+                    delta = {"type": "text_delta", "text": call.text}
+                    stop = "end_turn"
+                if not body.get("stream"):
+                    final = dict(block)
+                    if call.tool is not None:
+                        final["input"] = call.arguments
+                    else:
+                        final["text"] = call.text
+                    message.update(
+                        content=[final], stop_reason=stop, usage={"input_tokens": USAGE[0], "output_tokens": USAGE[1]}
+                    )
+                    self._json(message)
+                    return
+                self._sse(
+                    [
+                        ("message_start", {"type": "message_start", "message": message}),
+                        ("content_block_start", {"type": "content_block_start", "index": 0, "content_block": block}),
+                        ("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}),
+                        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+                        (
+                            "message_delta",
+                            {
+                                "type": "message_delta",
+                                "delta": {"stop_reason": stop, "stop_sequence": None},
+                                "usage": {"output_tokens": USAGE[1]},
+                            },
+                        ),
+                        ("message_stop", {"type": "message_stop"}),
+                    ]
+                )
+
+            # OpenAI Responses ---------------------------------------------------------------------
+            def _responses(self, body: dict[str, Any]) -> None:
+                tools = [t.get("name") for t in body.get("tools") or [] if isinstance(t, dict)]
+                items = body.get("input") if isinstance(body.get("input"), list) else []
+                done = sum(
+                    1
+                    for item in items
+                    if isinstance(item, dict)
+                    and item.get("type")
+                    in ("function_call_output", "custom_tool_call_output", "local_shell_call_output")
+                )
+                call = server.next_call(tools, done, "call_")
+                response_id = f"resp_{next(server._ids)}"
+                usage = {
+                    "input_tokens": USAGE[0],
+                    "input_tokens_details": {"cached_tokens": 0},
+                    "output_tokens": USAGE[1],
+                    "output_tokens_details": {"reasoning_tokens": 0},
+                    "total_tokens": sum(USAGE),
+                }
+                base = {"id": response_id, "object": "response", "model": body.get("model", "fake-model")}
+                if call.tool is not None:
+                    item: dict[str, Any] = {
+                        "type": "function_call",
+                        "id": f"fc_{call.call_id}",
+                        "call_id": call.call_id,
+                        "name": call.tool,
+                        "arguments": json.dumps(call.arguments),
+                        "status": "completed",
+                    }
+                    events: list[tuple[str | None, Any]] = []
+                else:
+                    item = {
+                        "type": "message",
+                        "id": f"msg_{response_id}",
+                        "role": "assistant",
+                        "status": "completed",
+                        "content": [{"type": "output_text", "text": call.text, "annotations": []}],
+                    }
+                    events = [
+                        (
+                            "response.output_item.added",
+                            {
+                                "type": "response.output_item.added",
+                                "output_index": 0,
+                                "item": {**item, "content": [], "status": "in_progress"},
+                            },
+                        ),
+                        (
+                            "response.output_text.delta",
+                            {
+                                "type": "response.output_text.delta",
+                                "item_id": item["id"],
+                                "output_index": 0,
+                                "content_index": 0,
+                                "delta": call.text,
+                            },
+                        ),
+                    ]
+                self._sse(
+                    [
+                        (
+                            "response.created",
+                            {"type": "response.created", "response": {**base, "status": "in_progress", "output": []}},
+                        ),
+                        *events,
+                        (
+                            "response.output_item.done",
+                            {"type": "response.output_item.done", "output_index": 0, "item": item},
+                        ),
+                        (
+                            "response.completed",
+                            {
+                                "type": "response.completed",
+                                "response": {**base, "status": "completed", "output": [item], "usage": usage},
+                            },
+                        ),
+                    ]
+                )
+
+            # OpenAI chat completions --------------------------------------------------------------
+            def _chat(self, body: dict[str, Any]) -> None:
+                tools = [(t.get("function") or {}).get("name") for t in body.get("tools") or [] if isinstance(t, dict)]
+                done = sum(1 for m in body.get("messages") or [] if isinstance(m, dict) and m.get("role") == "tool")
+                call = server.next_call(tools, done, "call_")
+                chunk_id = f"chatcmpl-{next(server._ids)}"
+                usage = {"prompt_tokens": USAGE[0], "completion_tokens": USAGE[1], "total_tokens": sum(USAGE)}
+                model = body.get("model", "fake-model")
+                if call.tool is not None:
+                    delta: dict[str, Any] = {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [
+                            {
+                                "index": 0,
+                                "id": call.call_id,
+                                "type": "function",
+                                "function": {"name": call.tool, "arguments": json.dumps(call.arguments)},
+                            }
+                        ],
+                    }
+                    finish = "tool_calls"
+                else:
+                    delta = {"role": "assistant", "content": call.text}
+                    finish = "stop"
+                if not body.get("stream"):
+                    message = {k: v for k, v in delta.items() if k != "tool_calls"}
+                    if call.tool is not None:
+                        message["tool_calls"] = [
+                            {k: v for k, v in tc.items() if k != "index"} for tc in delta["tool_calls"]
+                        ]
+                    self._json(
+                        {
+                            "id": chunk_id,
+                            "object": "chat.completion",
+                            "created": 0,
+                            "model": model,
+                            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                            "usage": usage,
+                        }
+                    )
+                    return
+
+                def chunk(choice_delta: dict[str, Any], reason: str | None, **extra: Any) -> dict[str, Any]:
+                    return {
+                        "id": chunk_id,
+                        "object": "chat.completion.chunk",
+                        "created": 0,
+                        "model": model,
+                        "choices": [{"index": 0, "delta": choice_delta, "finish_reason": reason}],
+                        **extra,
+                    }
+
+                self._sse([(None, chunk(delta, None)), (None, chunk({}, finish, usage=usage)), (None, "[DONE]")])
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.port = self._server.server_address[1]
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def next_call(self, tools: list[Any], done: int, prefix: str) -> Call:
+        """The scripted answer for a request offering ``tools`` after ``done`` tool results."""
+        call_id = f"{prefix}{next(self._ids)}"
+        if tools and done < len(STEPS):
+            for name, build in STEPS[done]:
+                if name in tools:
+                    return Call(name, build(self.script), "", call_id)
+        if tools and done >= len(STEPS):
+            return Call(None, {}, self.script.answer, call_id)
+        return Call(None, {}, "Scripted", call_id)
+
+    def tool_requests(self) -> list[tuple[str, dict[str, Any]]]:
+        """The logged requests that offered tools (the turn's own model calls)."""
+        return [(p, b) for p, b in self.log if b.get("tools")]
+
+    def __enter__(self) -> ModelServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._server.shutdown()
+        self._server.server_close()
