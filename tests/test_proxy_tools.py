@@ -49,7 +49,7 @@ def _requests(spans: list[Span]) -> list[Span]:
 def _has_tools(service: str, count: int) -> Any:
     def done(spans: list[Span]) -> bool:
         mine = _of(spans, service)
-        return len(_tools(mine)) >= count and any(s.name == "session/prompt" for s in mine)
+        return len(_tools(mine)) >= count and any(s.name.partition(" ")[0] == "session/prompt" for s in mine)
 
     return done
 
