@@ -11,8 +11,9 @@ file descriptor 1 is pointed at ``sys.stderr`` instead.
 
 The exporters are reached through attributes of the OpenTelemetry SDK that are not public API
 (``_active_span_processor``, ``_batch_processor``, ``_sdk_config``, ...): :data:`PATHS` lists them.
-``tests/test_console_stdout.py`` runs a real agent with console exporters over pipes and fails when
-these attributes change and a console exporter is no longer found.
+``test_console_exporters_never_reach_a_stdio_agents_stdout`` (``tests/test_telemetry_lifecycle.py``) runs a
+real agent with console exporters over pipes and fails when these attributes change and a console exporter is
+no longer found.
 """
 
 from __future__ import annotations
