@@ -286,10 +286,14 @@ def check_no_content(phoenix: PhoenixServer, run: Run) -> None:
 
 
 def check_content_shown(phoenix: PhoenixServer, run: Run) -> None:
-    """Capture on: Phoenix shows the prompt as the turn's input and the agent's streamed text as its output."""
+    """Capture on: Phoenix shows the prompt as the turn's input and the agent's streamed text as its output.
+
+    Every turn span shows them: each traced process with capture on records its own view of the turn (content
+    is not summed like usage; see docs/genai.md).
+    """
     shown = [span_io(phoenix, span) for span in by_operation(run, TURN)]
     expected = {"value": PROMPT, "mimeType": "text"}, {"value": run.message, "mimeType": "text"}
-    assert [(s["input"], s["output"]) for s in shown if s["input"] and s["output"]] == [expected], shown
+    assert shown and [(s["input"], s["output"]) for s in shown] == [expected] * len(shown), shown
     assert "canary-prompt-5f1c" in run.message  # the agent echoes the prompt: a real check, not an empty string
 
 
@@ -322,7 +326,7 @@ def test_every_span_in_phoenix(run: Run) -> None:
     if run.way == "zero-code":  # the editor and the agent both exported into the project
         assert services == {"acp-example-client", "agent"}, services
     else:  # only the proxy traces (its service name derived from `python examples/agent.py`)
-        assert services == {"agent"}, services
+        assert services == {"agent-proxy"}, services
 
 
 def test_turns_are_agents_and_tools_are_tools(run: Run) -> None:
