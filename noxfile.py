@@ -7,7 +7,8 @@
 
 One pair: ``nox -s "matrix(python='3.12', sdk='1.0.0rc3')"``; list them with ``nox -l``.
 Positional arguments after ``--`` go to pytest (e.g. ``-- tests/test_core.py``). Tests that cannot hold on a
-release skip themselves with the reason (``tests/support/sdk_versions.py``), so every cell runs every file.
+release skip themselves with the reason (``tests/support/sdk_versions.py``), so every cell runs every file, but
+for the process-lifecycle files (``LIFECYCLE_FILES``: in ``LIFECYCLE_CELLS`` and the README cell only).
 """
 
 from __future__ import annotations
@@ -40,6 +41,13 @@ MATRIX = [
     ),
     *(nox.param(py, sdk, id=f"python='{py}', sdk='{sdk}'") for sdk, py in OLDER.items()),
 ]
+
+
+# The proxy's and the editor's process lifecycle (real shutdown sequences, seconds each: over a minute a run)
+# hardly depends on the SDK release: these files run in the README cell (scripts/test.sh), on the oldest
+# release and on the next major, not in every cell, to keep CI well inside its time.
+LIFECYCLE_FILES = ("tests/test_proxy_shutdown.py", "tests/test_telemetry_lifecycle.py")
+LIFECYCLE_CELLS = {("3.10", "0.8.1"), ("3.13", NEXT)}
 
 
 def _use_pyenv_interpreters() -> None:
@@ -98,11 +106,14 @@ def _install(session: nox.Session, sdk: str, extras: str = "", remote: bool = Fa
 @nox.session
 @nox.parametrize(("python", "sdk"), MATRIX)
 def matrix(session: nox.Session, sdk: str) -> None:
-    """The whole test suite against one SDK release on one Python."""
+    """The whole test suite against one SDK release on one Python (the process-lifecycle files in some cells)."""
     _install(session, sdk, "[test]", remote=sdk == NEXT)
+    args = list(session.posargs)
+    if not args and (session.python, sdk) not in LIFECYCLE_CELLS:
+        args = [f"--ignore={path}" for path in LIFECYCLE_FILES]
     # The pytest script (not python -m pytest) keeps the repo root off sys.path: the installed
     # package is what gets tested. -rs lists every skip with its reason.
-    session.run("pytest", "-q", "-rs", "-p", "no:cacheprovider", *session.posargs)
+    session.run("pytest", "-q", "-rs", "-p", "no:cacheprovider", *args)
 
 
 @nox.session(python=SDK_SUITE_PYTHON)
