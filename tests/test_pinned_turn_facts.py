@@ -90,11 +90,15 @@ class ClockClient(TraceClient):
         await super().session_update(session_id, update, **kwargs)
 
 
-async def _run(pair: Any, counter: Any, agent: Any, client: Any = None) -> float:
+async def _run(pair: Any, counter: Any, agent: Any, client: Any = None, hostile: bool = False) -> float:
     p = await pair(agent, client or TraceClient())
     session_id = await open_session(p.client_conn)
     before = time.monotonic()
-    await prompt(p.client_conn, session_id, "hello")
+    try:
+        await prompt(p.client_conn, session_id, "hello")
+    except Exception:  # some SDK releases (0.8) validate the answer on the client's side and reject it
+        if not hostile:
+            raise
     await wait_spans_closed(counter)
     return before
 
@@ -157,7 +161,7 @@ async def test_usage_outside_the_range_is_dropped_field_by_field(
     instrument: Any, meter_provider: MeterProvider, reader: InMemoryMetricReader, exporter: Any, pair: Any, counter: Any
 ) -> None:
     instrument(meter_provider=meter_provider)
-    await _run(pair, counter, ChunkAgent([], {"stopReason": "end_turn", "usage": HOSTILE_USAGE}))
+    await _run(pair, counter, ChunkAgent([], {"stopReason": "end_turn", "usage": HOSTILE_USAGE}), hostile=True)
     turn = _turns(exporter)[SpanKind.SERVER]  # the agent's side reports usage
     usage = {k: v for k, v in turn.attributes.items() if k.startswith(("gen_ai.usage.", "acp.usage."))}
     assert usage == {"gen_ai.usage.input_tokens": 2**63 - 1, "gen_ai.usage.cache_read.input_tokens": 0}
