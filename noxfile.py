@@ -134,12 +134,12 @@ def prerelease_zero_code(session: nox.Session) -> None:
 # exact API/SDK versions, so they are pinned with them. Keep in step with pyproject.toml.
 FLOORS_PYTHON = "3.10"
 FLOORS = {
-    "opentelemetry-api": "1.40.0",
-    "opentelemetry-sdk": "1.40.0",
-    "opentelemetry-exporter-otlp": "1.40.0",
-    "opentelemetry-instrumentation": "0.61b0",
-    "opentelemetry-distro": "0.61b0",
-    "opentelemetry-test-utils": "0.61b0",
+    "opentelemetry-api": "1.42.0",
+    "opentelemetry-sdk": "1.42.0",
+    "opentelemetry-exporter-otlp": "1.42.0",
+    "opentelemetry-instrumentation": "0.63b0",
+    "opentelemetry-distro": "0.63b0",
+    "opentelemetry-test-utils": "0.63b0",
     "wrapt": "1.14.1",
     "agent-client-protocol": LATEST,
 }
