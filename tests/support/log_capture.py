@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import gc
 import logging
 import traceback
 from collections.abc import Iterator
@@ -45,9 +44,6 @@ class LogCapture(logging.Handler):
 
 @contextlib.contextmanager
 def capture_logs() -> Iterator[LogCapture]:
-    # Objects an earlier test left for the garbage collector (a closed loop's pending tasks, whose finalizers
-    # end spans on a provider already shut down and log about it) are collected now, not inside the capture.
-    gc.collect()
     handler = LogCapture()
     root = logging.getLogger()
     ours = logging.getLogger("acp_otel")
