@@ -3,7 +3,9 @@
     nox -s matrix      # the whole test suite, every (Python, SDK) pair below
     nox -s sdk_suite   # the SDK's own test suite, plain and traced, per SDK release
     nox -s prerelease_zero_code  # opentelemetry-instrument traces the NEXT pre-release under packaging 25
-    nox                # both (what scripts/matrix.sh runs)
+    nox -s floors      # the whole suite on the oldest versions pyproject.toml allows (OpenTelemetry, wrapt)
+    nox -s random_order  # the whole suite once in a shuffled order (pytest-randomly, fixed seed)
+    nox                # all of the above (what scripts/matrix.sh runs)
 
 One pair: ``nox -s "matrix(python='3.12', sdk='1.0.0rc3')"``; list them with ``nox -l``.
 Positional arguments after ``--`` go to pytest (e.g. ``-- tests/test_core.py``). Tests that cannot hold on a
@@ -20,7 +22,7 @@ import subprocess
 import nox
 
 nox.options.default_venv_backend = "venv"
-nox.options.sessions = ["matrix", "sdk_suite", "prerelease_zero_code"]
+nox.options.sessions = ["matrix", "sdk_suite", "prerelease_zero_code", "floors", "random_order"]
 nox.options.error_on_missing_interpreters = True
 
 PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
@@ -32,12 +34,16 @@ SDK_SUITE_PYTHON = "3.12"
 
 # Python 3.11 with LATEST is the README's test command (scripts/test.sh), which CI runs last: not repeated here.
 README_CELL = ("3.11", LATEST)
+# Two more LATEST cells run the whole suite in sessions of their own: `floors` (the oldest OpenTelemetry and
+# wrapt the package allows) and `random_order` (shuffled, fixed seed); the matrix does not repeat them.
+FLOORS_CELL = ("3.10", LATEST)
+RANDOM_ORDER_CELL = ("3.13", LATEST)
 MATRIX = [
     *(
         nox.param(py, sdk, id=f"python='{py}', sdk='{sdk}'")
         for sdk in (LATEST, NEXT)
         for py in PYTHONS
-        if (py, sdk) != README_CELL
+        if (py, sdk) not in (README_CELL, FLOORS_CELL, RANDOM_ORDER_CELL)
     ),
     *(nox.param(py, sdk, id=f"python='{py}', sdk='{sdk}'") for sdk, py in OLDER.items()),
 ]
@@ -210,4 +216,54 @@ def real_agents(session: nox.Session) -> None:
         "tests/real_agents",
         *session.posargs,
         env={"ACP_OTEL_REAL_AGENTS": "1"},
+    )
+
+
+# ---------------------------------------------------------------------------------------------- floors, order
+# The oldest releases pyproject.toml's dependencies allow, on the oldest Python: each ">=" there is tested here
+# (the matrix installs the newest). The test extra's own OpenTelemetry packages (opentelemetry-test-utils) pin
+# exact API/SDK versions, so they are pinned with them. Keep in step with pyproject.toml.
+FLOORS = {
+    "opentelemetry-api": "1.42.0",
+    "opentelemetry-sdk": "1.42.0",
+    "opentelemetry-exporter-otlp": "1.42.0",
+    "opentelemetry-instrumentation": "0.63b0",
+    "opentelemetry-distro": "0.63b0",
+    "opentelemetry-test-utils": "0.63b0",
+    "wrapt": "1.14.1",
+    "agent-client-protocol": FLOORS_CELL[1],
+}
+# A fixed seed, printed by pytest-randomly in the run's header: an order-dependent failure is reproducible with
+# "-p randomly -p no:cacheprovider --randomly-seed=<seed>". Change it to try another order.
+RANDOM_ORDER_SEED = 20261202
+
+
+@nox.session(python=FLOORS_CELL[0])
+def floors(session: nox.Session) -> None:
+    """The whole test suite on the declared minimum versions of OpenTelemetry and wrapt (SDK: the latest)."""
+    session.install(".[test]", *(f"{name}=={version}" for name, version in FLOORS.items()))
+    session.run(
+        "python",
+        "-c",
+        "import importlib.metadata as m, sys; wanted = dict(a.split('==') for a in sys.argv[1:]); "
+        "wrong = {n: m.version(n) for n, v in wanted.items() if m.version(n) != v}; "
+        "sys.exit(f'installed {wrong}, wanted {wanted}' if wrong else 0)",
+        *(f"{name}=={version}" for name, version in FLOORS.items()),
+        silent=True,
+    )
+    session.run("pytest", "-q", "-rs", "-p", "no:cacheprovider", *session.posargs)
+
+
+@nox.session(python=RANDOM_ORDER_CELL[0])
+def random_order(session: nox.Session) -> None:
+    """The whole test suite once in a shuffled order (tests, classes and modules), with a fixed seed."""
+    _install(session, RANDOM_ORDER_CELL[1], "[test]")
+    session.install("pytest-randomly")
+    session.run(
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        f"--randomly-seed={RANDOM_ORDER_SEED}",
+        *session.posargs,
     )

@@ -9,9 +9,10 @@ produces the same headers and contexts directly:
 * inject writes ``traceparent`` / ``tracestate`` itself (the same formatting as the SDK's propagator,
   with the span context's own ``to_header()``) and hands baggage, when the context holds any, to the real
   baggage propagator;
-* extract handles only the canonical ``traceparent`` (``00-<32 hex>-<16 hex>-<2 hex>``, non-zero ids, no
-  ``tracestate``; baggage again goes to the real propagator) and declines everything else (``None``), so
-  that malformed, hostile or unusual headers always take the real propagators' path.
+* extract handles only the canonical ``traceparent`` (``00-<32 hex>-<16 hex>-<2 hex>``, lower-case hex in
+  every field as the SDK's propagator requires field by field, non-zero ids, no ``tracestate``; baggage again
+  goes to the real propagator) and declines everything else (``None``), so that malformed, hostile or
+  unusual headers (an upper-case letter in any one field among them) always take the real propagators' path.
 
 Any other propagator (``OTEL_PROPAGATORS=b3``, a custom one, a subclass, a patched method) gets no fast
 path; the check is repeated whenever the global propagator object changes. Written here rather than
@@ -46,7 +47,8 @@ _DEFAULT_METHODS = {
 }
 _DEFAULT_COMPOSITE = (CompositePropagator.inject, CompositePropagator.extract)
 
-# Version 00 exactly, nothing before or after (the SDK's pattern also allows blanks and later versions).
+# Version 00 exactly, nothing before or after (the SDK's pattern also allows blanks and later versions); lower-case
+# hex only in each field, as the SDK's pattern (no IGNORECASE): "00-<UPPER>-<lower>-01" is invalid there too.
 _CANONICAL_TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
 _ZERO_TRACE_ID = "0" * 32
 _ZERO_SPAN_ID = "0" * 16

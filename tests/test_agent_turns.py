@@ -187,7 +187,12 @@ async def test_interleaved_sessions_keep_their_own_tools(
     await asyncio.gather(prompt(p.client_conn, first, "a"), prompt(p.client_conn, second, "b"))
     await wait_spans_closed(counter)
     spans = exporter.get_finished_spans()
-    turns = {s.attributes["acp.session.id"]: s for s in find(spans, "session/prompt", S)}
+    turns = {
+        s.attributes["acp.session.id"]: s
+        for s in spans
+        if s.kind == S and s.attributes.get("gen_ai.operation.name") == "invoke_agent"
+    }
+    assert sorted(turns) == sorted([first, second])
     for session_id, turn in turns.items():
         tool = one(
             [s for s in spans if s.attributes.get("gen_ai.tool.call.id") == f"tool-{session_id}"], "execute_tool read"

@@ -42,6 +42,12 @@ def global_exporter() -> Iterator[InMemorySpanExporter]:
     finally:
         provider.shutdown()
         reset_trace_globals()
+        # The SDK's ProxyTracer (acp.telemetry.TRACER) cached this provider's tracer: forget it, so that later
+        # tests' SDK spans are no-ops again (else they record and log, e.g. "Processor is already shutdown").
+        import acp.telemetry
+
+        if hasattr(acp.telemetry.TRACER, "_real_tracer"):
+            acp.telemetry.TRACER._real_tracer = None
 
 
 @pytest.fixture

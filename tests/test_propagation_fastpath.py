@@ -86,8 +86,8 @@ def canonical_traceparent(draw: st.DrawFn) -> str:
 def mutated_traceparent(draw: st.DrawFn) -> str:
     value = draw(canonical_traceparent())
     how = draw(st.sampled_from(["upper", "blank", "version", "suffix", "newline", "cut", "grow", "dash"]))
-    if how == "upper":
-        return value.upper()
+    if how == "upper":  # each field upper-cased or not on its own (the SDK accepts lower-case hex only)
+        return "-".join(field.upper() if draw(st.booleans()) else field for field in value.split("-"))
     if how == "blank":
         return draw(st.sampled_from([" ", "\t", ""])) + value + draw(st.sampled_from([" ", "\t", " \t", ""]))
     if how == "version":
@@ -163,6 +163,36 @@ def test_canonical_traceparent_takes_the_fast_path_and_agrees(traceparent: str, 
         _assert_same_context(got, _real_extract(carrier))
 
 
+@st.composite
+def cased_traceparent(draw: st.DrawFn) -> str:
+    """A canonical value with each field (version, trace id, span id, flags) lower-, upper- or mixed-case on its
+    own: one upper-case field among lower-case ones must be judged as the real propagator judges it."""
+    fields = []
+    for field in draw(canonical_traceparent()).split("-"):
+        case = draw(st.sampled_from(["lower", "lower", "upper", "mixed"]))
+        if case == "upper":
+            field = field.upper()
+        elif case == "mixed":
+            field = "".join(c.upper() if draw(st.booleans()) else c for c in field)
+        fields.append(field)
+    return "-".join(fields)
+
+
+@FAST
+@given(cased_traceparent(), st.none() | baggages)
+def test_case_of_each_field_is_judged_as_the_real_propagator_does(traceparent: str, bag: str | None) -> None:
+    carrier = {"traceparent": traceparent} if bag is None else {"traceparent": traceparent, "baggage": bag}
+    fast = w3c_fast.for_propagator(propagate.get_global_textmap())
+    assert fast is not None
+    got, want = fast.extract(carrier), _real_extract(carrier)
+    if got is not None:
+        _assert_same_context(got, want)
+    _, trace_id, span_id, _ = traceparent.split("-")
+    accepted = trace.get_current_span(want).get_span_context().is_valid
+    assert accepted == (traceparent == traceparent.lower() and trace_id != "0" * 32 and span_id != "0" * 16)
+    _assert_same_context(propagation.context_from_carrier(carrier), want)
+
+
 def test_fast_path_declines_what_it_does_not_handle() -> None:
     fast = w3c_fast.for_propagator(propagate.get_global_textmap())
     assert fast is not None
@@ -175,6 +205,10 @@ def test_fast_path_declines_what_it_does_not_handle() -> None:
         {"traceparent": tp + "\n"},
         {"traceparent": "01" + tp[2:]},
         {"traceparent": tp.upper()},
+        # one field upper-case, the others lower-case (the trace id, the span id, the flags)
+        {"traceparent": "00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-0b"},
+        {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-B7AD6B7169203331-0b"},
+        {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-0B"},
     ):
         assert fast.extract(carrier) is None, carrier
     assert fast.extract({"traceparent": tp}) is not None

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from acp_otel._settings import MethodMatcher, Settings, load_settings
+import dataclasses
+import logging
+
+import pytest
+
+from acp_otel._settings import _OPTIONS, MethodMatcher, Settings, load_settings
 
 
 def test_defaults() -> None:
@@ -57,3 +62,45 @@ def test_method_matcher_wildcards_are_exact() -> None:
     assert m("_zed.dev/workspace/buffers") and m("session/update")
     assert not m("_zed.dev") and not m("session/updates") and not m("ab")
     assert m("a[b]")  # brackets are literal, not a character set
+
+
+# Every boolean option, found from the Settings dataclass itself so that an option added later is covered too.
+BOOL_OPTIONS = [f.name for f in dataclasses.fields(Settings) if f.type in ("bool", bool)]
+
+
+def test_every_boolean_option_is_covered_below() -> None:
+    # Options that default to on and off: an invalid value falling back to a constant cannot pass for both.
+    assert {"capture_content", "keep_sdk_spans", "propagate_env", "inject", "flush_on_exit"} <= set(BOOL_OPTIONS)
+    assert {getattr(Settings(), name) for name in BOOL_OPTIONS} == {True, False}
+
+
+@pytest.mark.parametrize("name", BOOL_OPTIONS)
+@pytest.mark.parametrize("invalid", ["perhaps", "2", "tru", "enabled", "-1"])
+def test_invalid_boolean_keeps_the_default_and_warns(name: str, invalid: str, caplog: pytest.LogCaptureFixture) -> None:
+    default = getattr(Settings(), name)
+    env_name = _OPTIONS[name][0]
+    with caplog.at_level(logging.WARNING, logger="acp_otel"):
+        from_env = load_settings({}, {env_name: invalid})
+        from_kwarg = load_settings({name: invalid}, {})
+        from_other_type = load_settings({name: 2}, {})
+    for settings in (from_env, from_kwarg, from_other_type):
+        assert getattr(settings, name) is default
+        assert settings == Settings()
+    warnings = [r.getMessage() for r in caplog.records if r.name == "acp_otel" and r.levelno == logging.WARNING]
+    assert len(warnings) == 3, warnings
+    assert env_name in warnings[0] and repr(invalid) in warnings[0] and repr(default) in warnings[0]
+    assert name in warnings[1] and repr(invalid) in warnings[1]
+
+
+READABLE = [("true", True), (" ON ", True), ("Yes", True), ("1", True), ("false", False), ("Off", False), ("0", False)]
+
+
+@pytest.mark.parametrize("name", BOOL_OPTIONS)
+def test_every_boolean_option_reads_both_values(name: str, caplog: pytest.LogCaptureFixture) -> None:
+    env_name = _OPTIONS[name][0]
+    for text, value in READABLE:
+        assert getattr(load_settings({}, {env_name: text}), name) is value, text
+        assert getattr(load_settings({name: text}, {}), name) is value, text
+        assert getattr(load_settings({name: not value}, {env_name: text}), name) is (not value)  # keyword wins
+    assert getattr(load_settings({}, {env_name: "  "}), name) is getattr(Settings(), name)  # blank: unset
+    assert not [r for r in caplog.records if r.name == "acp_otel"]
