@@ -363,7 +363,9 @@ async def test_extra_trace_keys_in_process(instrument: Any, exporter: Any, pair:
     meta = sent["params"]["_meta"]
     assert meta["qwen.telemetry.traceparent"] == meta["acme.traceparent"] == meta["traceparent"]
     assert "qwen.telemetry.tracestate" not in meta  # no tracestate to copy
-    client_turn = next(s for s in exporter.get_finished_spans() if s.name.partition(" ")[0] == "session/prompt" and s.kind == C)
+    client_turn = next(
+        s for s in exporter.get_finished_spans() if s.name.partition(" ")[0] == "session/prompt" and s.kind == C
+    )
     assert meta["traceparent"].split("-")[2] == format(span_id(client_turn), "016x")
     assert response.field_meta == {"kwargs": {}}  # the agent's handler got none of them
 
