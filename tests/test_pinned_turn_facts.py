@@ -161,13 +161,15 @@ async def test_usage_outside_the_range_is_dropped_field_by_field(
     instrument: Any, meter_provider: MeterProvider, reader: InMemoryMetricReader, exporter: Any, pair: Any, counter: Any
 ) -> None:
     instrument(meter_provider=meter_provider)
-    await _run(pair, counter, ChunkAgent([], {"stopReason": "end_turn", "usage": HOSTILE_USAGE}), hostile=True)
+    # One streamed chunk: the client sees the agent is traced, so only the agent reports the usage.
+    agent = ChunkAgent([_text("agent_message_chunk")], {"stopReason": "end_turn", "usage": HOSTILE_USAGE})
+    await _run(pair, counter, agent, hostile=True)
     turn = _turns(exporter)[SpanKind.SERVER]  # the agent's side reports usage
     usage = {k: v for k, v in turn.attributes.items() if k.startswith(("gen_ai.usage.", "acp.usage."))}
     assert usage == {"gen_ai.usage.input_tokens": 2**63 - 1, "gen_ai.usage.cache_read.input_tokens": 0}
-    points = _points(reader, "gen_ai.client.token.usage")
-    assert points and {p.attributes["gen_ai.token.type"] for p in points} == {"input"}
-    assert all(p.max == 2**63 - 1 for p in points)
+    # The token counters count the kept input tokens once (the reporting side) and no output tokens.
+    assert [p.value for p in _points(reader, "acp.turn.usage.input_tokens")] == [2**63 - 1]
+    assert _points(reader, "acp.turn.usage.output_tokens") == []
 
 
 class ErrorAgent(TraceAgent):
