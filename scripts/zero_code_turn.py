@@ -24,8 +24,12 @@ CLIENT_SERVICE = "zero-code-client"
 AGENT_SERVICE = "agent"  # derived from `python .../agent.py`
 
 
+def _method(span: ReceivedSpan) -> str:
+    return span.name.partition(" ")[0]  # a turn is named `session/prompt {agent}`
+
+
 def _one(spans: list[ReceivedSpan], name: str, kind: str, service: str) -> ReceivedSpan:
-    found = [s for s in spans if (s.name, s.kind, s.service_name) == (name, kind, service)]
+    found = [s for s in spans if (_method(s), s.kind, s.service_name) == (name, kind, service)]
     if len(found) != 1:
         raise SystemExit(f"expected one {kind} {name} span of {service}, got {len(found)}")
     return found[0]
@@ -56,7 +60,7 @@ def main() -> int:
             raise SystemExit(f"the traced client failed (exit status {done.returncode})")
 
         def both_prompts(spans: list[ReceivedSpan]) -> bool:
-            names = {(s.name, s.kind, s.service_name) for s in spans}
+            names = {(_method(s), s.kind, s.service_name) for s in spans}
             return {("session/prompt", "CLIENT", CLIENT_SERVICE), ("session/prompt", "SERVER", AGENT_SERVICE)} <= names
 
         spans = receiver.wait_for(both_prompts, timeout=15)
