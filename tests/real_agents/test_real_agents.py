@@ -32,7 +32,7 @@ PROXY_ARGS = ["--service-name", PROXY_SERVICE]
 
 @dataclass(frozen=True)
 class Expect:
-    """What an agent's turn gives, per CONTRACT's rules (tool names, usage) and its observed behaviour."""
+    """What an agent's turn gives: the documented rules (docs/tool-calls.md, docs/genai.md), its observed behaviour."""
 
     tools: tuple[str, str, str]  # gen_ai.tool.name of the read, write and shell calls
     proxy_options: tuple[str, ...] = ()  # extra env for the proxy (OPTION=value)
@@ -216,7 +216,7 @@ def assert_spans(
     trace_ids = {t.trace_id for t in turns}
     call_ids = run.tool_call_ids()
     tools = tools_of(mine)
-    # One tool span per tool call, on the side closest to the tool, named per CONTRACT.
+    # One tool span per tool call, on the side closest to the tool, named by the rules of docs/tool-calls.md.
     check(
         sorted(str(t.attributes.get("gen_ai.tool.call.id")) for t in tools) == sorted(call_ids),
         "one execute_tool span per tool call",
