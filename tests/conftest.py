@@ -1,4 +1,5 @@
-"""Shared fixtures: an instrumented tracer provider with an in-memory exporter, and real connections.
+"""Shared fixtures: an instrumented tracer provider with an in-memory exporter, a meter provider with an in-memory
+reader, and real connections.
 
 The helpers these fixtures use live in ``tests/support`` (on pytest's ``pythonpath``); the programs the
 tests start as processes live in ``tests/peers``.
@@ -11,6 +12,8 @@ from typing import Any
 
 import pytest
 from opentelemetry import trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -40,6 +43,18 @@ def _no_global_tracer_provider_left() -> Iterator[None]:
 @pytest.fixture
 def exporter() -> InMemorySpanExporter:
     return InMemorySpanExporter()
+
+
+@pytest.fixture
+def reader() -> InMemoryMetricReader:
+    return InMemoryMetricReader()
+
+
+@pytest.fixture
+def meter_provider(reader: InMemoryMetricReader) -> Iterator[MeterProvider]:
+    mp = MeterProvider(metric_readers=[reader])
+    yield mp
+    mp.shutdown()
 
 
 @pytest.fixture

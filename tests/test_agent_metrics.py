@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import http.server
 import threading
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from acp_app import SECRET, TraceAgent, TraceClient, open_session, prompt
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader, PeriodicExportingMetricReader
@@ -27,18 +25,6 @@ SCRIPT = [
     _tool_update("tool-b", "failed"),
     _tool("tool-c", kind="_vendor_kind"),  # never completed; an unknown kind
 ]
-
-
-@pytest.fixture
-def reader() -> InMemoryMetricReader:
-    return InMemoryMetricReader()
-
-
-@pytest.fixture
-def meter_provider(reader: InMemoryMetricReader) -> Iterator[MeterProvider]:
-    mp = MeterProvider(metric_readers=[reader])
-    yield mp
-    mp.shutdown()
 
 
 def _points(reader: InMemoryMetricReader) -> dict[str, list[Any]]:

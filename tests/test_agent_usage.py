@@ -4,7 +4,6 @@ proxy; hostile values; the cost metric's attributes; the turn span's name; no at
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -25,18 +24,6 @@ from acp_otel._settings import load_settings
 
 C, S = SpanKind.CLIENT, SpanKind.SERVER
 USAGE_KEYS = ("gen_ai.usage.", "acp.usage.")
-
-
-@pytest.fixture
-def reader() -> InMemoryMetricReader:
-    return InMemoryMetricReader()
-
-
-@pytest.fixture
-def meter_provider(reader: InMemoryMetricReader) -> Iterator[MeterProvider]:
-    mp = MeterProvider(metric_readers=[reader])
-    yield mp
-    mp.shutdown()
 
 
 def _points(reader: InMemoryMetricReader) -> dict[str, list[Any]]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -22,18 +21,6 @@ PAUSE = 0.3  # between the chunks: a lower bound only (a sleep lasts at least th
 
 def _text(kind: str, text: str = "x") -> dict[str, Any]:
     return {"sessionUpdate": kind, "content": {"type": "text", "text": text}}
-
-
-@pytest.fixture
-def reader() -> InMemoryMetricReader:
-    return InMemoryMetricReader()
-
-
-@pytest.fixture
-def meter_provider(reader: InMemoryMetricReader) -> Iterator[MeterProvider]:
-    mp = MeterProvider(metric_readers=[reader])
-    yield mp
-    mp.shutdown()
 
 
 def _points(reader: InMemoryMetricReader, name: str) -> list[Any]:
