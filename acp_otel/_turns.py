@@ -531,14 +531,8 @@ class TurnLayer:
                 self._rename_tool(tool, update)
             if self._capture:
                 self._tool_content(tool.span, update)
-        if status is not None and status != tool.status:  # written out: every status change of every tool call
-            tool.status = status
-            span = tool.span
-            if span.is_recording():
-                span.set_attribute(sc.ACP_TOOL_CALL_STATUS, status)
-                if tool.events < self._max_events:
-                    tool.events += 1
-                    span.add_event(sc.TOOL_STATUS_EVENT, {sc.ACP_TOOL_CALL_STATUS: status})
+        if status is not None and status != tool.status:
+            self._tool_status(tool, status)
         if "content" in update:
             self._note_terminals(turn, tool_call_id, update)
         context = tool.context
