@@ -1,8 +1,9 @@
 """``AcpInstrumentor``: the entry point that ``opentelemetry-instrument`` and applications use.
 
-It owns all instrumentation state (:class:`InstrumentationState`) and the one table of what is wrapped
-(:data:`PATCH_TABLE`); ``sdk_adapter``, ``spawn`` and ``shutdown`` only provide the wrappers. Everything
-``uninstrument()`` undoes is listed in :meth:`AcpInstrumentor._uninstrument`.
+It owns the one table of what is wrapped (:data:`PATCH_TABLE`, rows :class:`Patch`) and the process's one
+:class:`~acp_otel._state.InstrumentationState`; ``_sdk_adapter``, ``_remote``, ``_spawn`` and ``_shutdown`` only
+provide the wrappers (they read the state from :mod:`acp_otel._state`, never this module). ``instrument()``
+applies the table; everything ``uninstrument()`` undoes is listed in :meth:`AcpInstrumentor._uninstrument`.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from typing import Any
 
 import wrapt
@@ -25,15 +27,43 @@ from . import _shutdown as shutdown
 from . import _spawn as spawn
 from ._engine import Engine
 from ._metrics import make_instruments
-from ._patching import Patch, Patches
+from ._patching import Wrapper
 from ._semconv import SCHEMA_URL
 from ._settings import Settings, load_settings
+from ._state import InstrumentationState
 from .package import _instruments
 from .version import __version__
 
 _log = logging.getLogger("acp_otel")
 
 INSTRUMENTATION_NAME = "acp_otel"
+
+
+@dataclass(frozen=True)
+class Patch:
+    """One attribute that ``instrument()`` wraps (a row of :data:`PATCH_TABLE`).
+
+    ``owner`` is ``"module"`` or ``"module:Class"``; it is patched once ``hook_module`` is imported.
+    ``make_wrapper(state)`` builds the wrapper, which reads ``state`` on every call. The row is skipped
+    when the owner has no ``attr``, when it has ``unless`` (a newer hook that replaces this one), or when
+    the setting named by ``option`` is off. ``static``: a module function called on every message (see
+    :meth:`~acp_otel._patching.Patches.wrap`).
+    """
+
+    hook_module: str
+    owner: str
+    attr: str
+    make_wrapper: Callable[[InstrumentationState], Wrapper]
+    unless: str | None = None
+    option: str | None = None
+    static: bool = False
+
+    def resolve(self) -> Any:
+        """The owning module or class, or ``None`` when its module is not imported (yet)."""
+        module_name, _, class_name = self.owner.partition(":")
+        owner = sys.modules.get(module_name)
+        return getattr(owner, class_name, None) if owner is not None and class_name else owner
+
 
 _CONNECTION = "acp.connection:Connection"
 # acp/__init__ imports acp.transports and acp.stdio (0.8 - 1.0rc3), so the hook on "acp" sees all three
@@ -67,42 +97,6 @@ PATCH_TABLE: tuple[Patch, ...] = (
     Patch("acp.http.server", "acp.http.server:_HttpTransport", "deliver_to_agent", remote.deliver_wrapper),
     Patch("acp.http.client", "acp.http.client:_HttpStreamTransport", "_open_stream", remote.open_stream_wrapper),
 )
-
-
-class InstrumentationState:
-    """Everything ``instrument()`` sets up, read by every wrapper; emptied by ``uninstrument()``.
-
-    One object for the life of the process: releases before 0.12.1 keep the bound hooks a connection
-    was built with, so wrappers applied by an earlier ``instrument()`` must see a later one's engine,
-    and pass straight through while ``engine`` is ``None``.
-    """
-
-    __slots__ = (
-        "engine",
-        "hooked",
-        "patches",
-        "settings",
-        "sigterm_handler",
-        "sigterm_installed",
-        "sigterm_restore",
-        "tracer",
-        "tracer_provider",
-    )
-
-    def __init__(self) -> None:
-        self.engine: Engine | None = None
-        self.settings: Settings | None = None
-        self.tracer: trace.Tracer | None = None
-        self.tracer_provider: Any = None  # None: the global provider at flush time
-        self.patches = Patches()
-        # Modules with our post-import hook: wrapt cannot unregister one, so each is registered once
-        # per process and does nothing while uninstrumented.
-        self.hooked: set[str] = set()
-        # Our SIGTERM handler (made once), whether it is installed, and how to put SIG_DFL back from
-        # the main thread when uninstrument() runs elsewhere (see shutdown.py).
-        self.sigterm_handler: Callable[[int, Any], None] | None = None
-        self.sigterm_installed = False
-        self.sigterm_restore: Callable[[Callable[[], None]], object] | None = None
 
 
 class AcpInstrumentor(BaseInstrumentor):  # type: ignore[misc]

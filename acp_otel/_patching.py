@@ -1,18 +1,17 @@
-"""The table of what we wrap, and a registry that wraps it and puts back exactly what was there."""
+"""Wrapping with wrapt and putting back exactly what was there: the registry (:class:`Patches`) of what
+``instrument()`` applied, and the shape of a wrapper (:data:`Wrapper`).
+
+What is wrapped is the instrumentor's ``PATCH_TABLE``; this module knows nothing of the SDK or of the state.
+"""
 
 from __future__ import annotations
 
 import logging
-import sys
 import types
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeGuard
+from typing import Any, TypeGuard
 
 import wrapt
-
-if TYPE_CHECKING:
-    from ._instrumentor import InstrumentationState
 
 _log = logging.getLogger("acp_otel")
 
@@ -20,32 +19,6 @@ _MISSING = object()
 
 Wrapper = Callable[[Any, Any, tuple[Any, ...], dict[str, Any]], Any]
 """A wrapt wrapper: ``wrapper(wrapped, instance, args, kwargs)``."""
-
-
-@dataclass(frozen=True)
-class Patch:
-    """One attribute that ``instrument()`` wraps (a row of the instrumentor's patch table).
-
-    ``owner`` is ``"module"`` or ``"module:Class"``; it is patched once ``hook_module`` is imported.
-    ``make_wrapper(state)`` builds the wrapper, which reads ``state`` on every call. The row is skipped
-    when the owner has no ``attr``, when it has ``unless`` (a newer hook that replaces this one), or when
-    the setting named by ``option`` is off. ``static``: a module function called on every message (see
-    :meth:`Patches.wrap`).
-    """
-
-    hook_module: str
-    owner: str
-    attr: str
-    make_wrapper: Callable[[InstrumentationState], Wrapper]
-    unless: str | None = None
-    option: str | None = None
-    static: bool = False
-
-    def resolve(self) -> Any:
-        """The owning module or class, or ``None`` when its module is not imported (yet)."""
-        module_name, _, class_name = self.owner.partition(":")
-        owner = sys.modules.get(module_name)
-        return getattr(owner, class_name, None) if owner is not None and class_name else owner
 
 
 # Set on our wrapper functions, so that a copy of one of our wrappers (a function imported by name from a

@@ -37,7 +37,7 @@ from ._patching import Wrapper
 
 if TYPE_CHECKING:
     from ._engine import Engine
-    from ._instrumentor import InstrumentationState
+    from ._state import InstrumentationState
 
 _log = logging.getLogger("acp_otel")
 

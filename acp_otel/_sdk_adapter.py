@@ -1,7 +1,7 @@
 """Thin wrapt wrappers that feed the ACP Python SDK's messages through the engine.
 
 The instrumentor's patch table says which ``acp.connection`` attribute gets which wrapper; each
-``*_wrapper(state)`` here builds one wrapper that reads the shared :class:`InstrumentationState` on
+``*_wrapper(state)`` here builds one wrapper that reads the shared :class:`~acp_otel._state.InstrumentationState` on
 every call. Hooks are chosen by what the installed ``Connection`` has, not by version string (see
 DESIGN.md §2): ``_execute_request`` (0.12.1 and later: returns the response payload) or else
 ``_run_request`` (up to 0.12.0: runs the handler and sends the response, re-raising ``RequestError``).
@@ -26,7 +26,7 @@ from ._patching import Wrapper
 
 if TYPE_CHECKING:
     from ._engine import Engine
-    from ._instrumentor import InstrumentationState
+    from ._state import InstrumentationState
 
 _log = logging.getLogger("acp_otel")
 

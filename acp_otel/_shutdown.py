@@ -46,7 +46,7 @@ from ._patching import Wrapper
 from ._stdout_guard import guard_stdout
 
 if TYPE_CHECKING:
-    from ._instrumentor import InstrumentationState
+    from ._state import InstrumentationState
 
 _log = logging.getLogger("acp_otel")
 

@@ -48,7 +48,7 @@ from ._patching import Wrapper
 from ._settings import Settings
 
 if TYPE_CHECKING:
-    from ._instrumentor import InstrumentationState
+    from ._state import InstrumentationState
 
 _log = logging.getLogger("acp_otel")
 
