@@ -8,11 +8,16 @@ Every attribute value is from a bounded set: never a session, request or tool ca
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from typing import Any
 
 from opentelemetry import metrics
 
+from . import _otel_private as otel_private
 from . import _semconv as sc
+
+_log = logging.getLogger("acp_otel")
 
 # mcp.client/server.operation.duration's boundaries (MCP semantic conventions).
 REQUEST_BUCKETS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
@@ -56,6 +61,11 @@ class Bounded:
 
 class Instruments:
     """The histograms and counters the engine records, created once from one meter."""
+
+    recording: Callable[[], bool]
+    """``False`` while these are the API's proxy instruments with no ``MeterProvider`` set behind them: every
+    record would be dropped, so the engine skips the clock reads and attribute lookups a record needs. Asked
+    per request, turn and tool call, so metrics start as soon as a provider is set."""
 
     def __init__(self, meter: metrics.Meter) -> None:
         self.client_duration = meter.create_histogram(
@@ -123,16 +133,9 @@ class Instruments:
         # (bounding each value) on every record was most of what a record cost us.
         self._cache: dict[tuple[Any, ...], dict[str, str]] = {}
         # Instruments made from the API's proxy (the global MeterProvider before one is set) drop every record
-        # until a provider is set, then all get real ones at once: one of them tells for all. Read through the
-        # proxy's ``_real_instrument`` (the API has no public "enabled" yet); other instruments always record.
-        self._proxy: Any = self.turn_duration if hasattr(self.turn_duration, "_real_instrument") else None
-
-    def recording(self) -> bool:
-        """``False`` while these are the API's proxy instruments with no ``MeterProvider`` set behind them:
-        every record would be dropped, so the engine skips the clock reads and attribute lookups a record
-        needs. Asked per request, turn and tool call, so metrics start as soon as a provider is set."""
-        proxy = self._proxy
-        return proxy is None or proxy._real_instrument is not None
+        # until a provider is set, then all get real ones at once: one of them tells for all (_otel_private).
+        # An instance attribute, so that asking costs one call, as a method did.
+        self.recording = otel_private.recording_check(self.turn_duration)
 
     def agent_attributes(self, name: Any) -> dict[str, str]:
         """``{gen_ai.agent.name: bounded name}``, or nothing when the agent did not say its name."""
@@ -215,5 +218,6 @@ def make_instruments(meter_provider: metrics.MeterProvider | None, version: str)
             return None
         meter = metrics.get_meter("acp_otel", version, meter_provider, schema_url=sc.SCHEMA_URL)
         return Instruments(meter)
-    except Exception:  # a broken provider must not stop tracing
+    except Exception:  # a broken provider (or an API that no longer takes our arguments) must not stop tracing
+        _log.debug("acp_otel: could not create the metric instruments; no metrics are recorded", exc_info=True)
         return None

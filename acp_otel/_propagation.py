@@ -19,6 +19,7 @@ from opentelemetry import propagate, trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Span
 
+from . import _otel_private as otel_private
 from . import _w3c_fast as w3c_fast
 from ._semconv import EXTRA_TRACE_KEY_SOURCES, RESERVED_META_KEYS
 
@@ -111,12 +112,7 @@ class _PeerInputLogFilter(logging.Filter):
 
 
 _EXTRACTING: ContextVar[bool] = ContextVar("acp_otel_extracting", default=False)
-_PROPAGATOR_LOGGERS = (
-    "opentelemetry.trace.propagation.tracecontext",
-    "opentelemetry.trace.span",
-    "opentelemetry.baggage.propagation",
-    "opentelemetry.propagators.composite",
-)
+_PROPAGATOR_LOGGERS = otel_private.PROPAGATOR_LOGGERS
 _LOG_FILTER = _PeerInputLogFilter()
 
 

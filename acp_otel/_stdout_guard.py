@@ -10,10 +10,11 @@ tracer, meter and logger providers (and of the instrumentation's own tracer prov
 file descriptor 1 is pointed at ``sys.stderr`` instead.
 
 The exporters are reached through attributes of the OpenTelemetry SDK that are not public API
-(``_active_span_processor``, ``_batch_processor``, ``_sdk_config``, ...): :data:`PATHS` lists them.
+(``_active_span_processor``, ``_batch_processor``, ``_sdk_config``, ...), listed with the other private
+OpenTelemetry details in :data:`acp_otel._otel_private.SDK_EXPORTER_PATHS`; ``tests/test_otel_private.py``
+checks that each SDK processor and reader still leads to its exporter, and
 ``test_console_exporters_never_reach_a_stdio_agents_stdout`` (``tests/test_telemetry_lifecycle.py``) runs a
-real agent with console exporters over pipes and fails when these attributes change and a console exporter is
-no longer found.
+real agent with console exporters over pipes.
 """
 
 from __future__ import annotations
@@ -24,21 +25,11 @@ import stat
 import sys
 from typing import Any
 
+from . import _otel_private as otel_private
+
 _log = logging.getLogger("acp_otel")
 
-# Attribute names followed from a provider down to its exporters (SDK 1.2x - 1.4x).
-PATHS = (
-    "_active_span_processor",  # TracerProvider -> SynchronousMultiSpanProcessor
-    "_span_processors",  # -> (processors, ...)
-    "span_exporter",  # SimpleSpanProcessor, BatchSpanProcessor (older)
-    "_batch_processor",  # BatchSpanProcessor / BatchLogRecordProcessor (newer) -> BatchProcessor
-    "_exporter",  # BatchProcessor, PeriodicExportingMetricReader, SimpleLogRecordProcessor
-    "_metric_readers",  # MeterProvider (1.4x) -> [readers]
-    "_sdk_config",  # MeterProvider (older) -> SdkConfiguration
-    "metric_readers",  # -> (readers, ...)
-    "_multi_log_record_processor",  # LoggerProvider
-    "_log_record_processors",
-)
+PATHS = otel_private.SDK_EXPORTER_PATHS
 _MAX_DEPTH = 6
 
 
@@ -100,9 +91,7 @@ def providers(extra: Any = None) -> list[Any]:
     except Exception:
         pass
     try:
-        from opentelemetry import _logs
-
-        found.append(_logs.get_logger_provider())
+        found.append(otel_private.logger_provider())
     except Exception:
         pass
     return [p for p in found if p is not None]

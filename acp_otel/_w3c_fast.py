@@ -15,19 +15,20 @@ produces the same headers and contexts directly:
   unusual headers (an upper-case letter in any one field among them) always take the real propagators' path.
 
 Any other propagator (``OTEL_PROPAGATORS=b3``, a custom one, a subclass, a patched method) gets no fast
-path; the check is repeated whenever the global propagator object changes. Written here rather than
+path; the check is repeated whenever the global propagator object changes. What tells the default propagators,
+and the context keys contexts are built with, are private OpenTelemetry details: they live in
+:mod:`acp_otel._otel_private` (without them, no fast path). Written here rather than
 taken from a library because no library offers a cheaper equivalent of the SDK's own propagators.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any, TypeGuard, cast
+from typing import Any, TypeGuard
 
-from opentelemetry import baggage, trace
+from opentelemetry import trace
 from opentelemetry.baggage.propagation import W3CBaggagePropagator
 from opentelemetry.context import Context, get_current
-from opentelemetry.propagators.composite import CompositePropagator
 from opentelemetry.trace import (
     DEFAULT_TRACE_STATE,
     INVALID_SPAN_CONTEXT,
@@ -36,16 +37,10 @@ from opentelemetry.trace import (
     SpanContext,
     TraceFlags,
 )
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from . import _otel_private as otel_private
 
 __all__ = ["W3CFastPath", "for_propagator"]
-
-# What makes the propagators "the default ones": their classes' own methods, as the SDK ships them.
-_DEFAULT_METHODS = {
-    TraceContextTextMapPropagator: (TraceContextTextMapPropagator.inject, TraceContextTextMapPropagator.extract),
-    W3CBaggagePropagator: (W3CBaggagePropagator.inject, W3CBaggagePropagator.extract),
-}
-_DEFAULT_COMPOSITE = (CompositePropagator.inject, CompositePropagator.extract)
 
 # Version 00 exactly, nothing before or after (the SDK's pattern also allows blanks and later versions); lower-case
 # hex only in each field, as the SDK's pattern (no IGNORECASE): "00-<UPPER>-<lower>-01" is invalid there too.
@@ -53,12 +48,11 @@ _CANONICAL_TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]
 _ZERO_TRACE_ID = "0" * 32
 _ZERO_SPAN_ID = "0" * 16
 _FLAGS = {f"{i:02x}": TraceFlags(i) for i in range(256)}
-# The keys a Context holds its span and its baggage under, found through the public API (the only key
-# set_span_in_context / set_baggage puts into an empty context). Reading baggage by its key is one dict lookup
-# where baggage.get_all() is four Python calls; a context built with the span key directly is half the cost of
-# set_span_in_context (which copies through set_value).
-SPAN_KEY = next(iter(trace.set_span_in_context(trace.INVALID_SPAN, Context())))
-_BAGGAGE_KEY = next(iter(baggage.set_baggage("k", "v", Context())))
+# The keys a Context holds its span and its baggage under (see _otel_private; module constants here, read per
+# message). Reading baggage by its key is one dict lookup where baggage.get_all() is four Python calls; a context
+# built with the span key directly is half the cost of set_span_in_context (which copies through set_value).
+SPAN_KEY = otel_private.SPAN_KEY
+_BAGGAGE_KEY = otel_private.BAGGAGE_KEY
 
 
 _HEX_BYTE = {i: f"{i:02x}" for i in range(256)}  # trace flags as the SDK writes them (a dict: no negative index)
@@ -180,22 +174,7 @@ def for_propagator(textmap: Any) -> W3CFastPath | None:
 
 
 def _examine(textmap: Any) -> W3CFastPath | None:
-    if type(textmap) is not CompositePropagator or vars(textmap).keys() != {"_propagators"}:
+    if not otel_private.DIRECT_CONTEXTS:  # contexts cannot be built by key: the real propagators only
         return None
-    header_names = (
-        TraceContextTextMapPropagator._TRACEPARENT_HEADER_NAME,
-        TraceContextTextMapPropagator._TRACESTATE_HEADER_NAME,
-        W3CBaggagePropagator._BAGGAGE_HEADER_NAME,
-    )
-    if header_names != ("traceparent", "tracestate", "baggage"):
-        return None
-    if (CompositePropagator.inject, CompositePropagator.extract) != _DEFAULT_COMPOSITE:
-        return None
-    propagators = list(textmap._propagators)
-    if [type(p) for p in propagators] != [TraceContextTextMapPropagator, W3CBaggagePropagator]:
-        return None
-    for p in propagators:
-        # No instance attribute (a patched method or header name) and the classes' methods unpatched.
-        if vars(p) or (type(p).inject, type(p).extract) != _DEFAULT_METHODS[type(p)]:
-            return None
-    return W3CFastPath(cast(W3CBaggagePropagator, propagators[1]))
+    baggage_propagator = otel_private.default_w3c_baggage(textmap)
+    return W3CFastPath(baggage_propagator) if baggage_propagator is not None else None

@@ -157,7 +157,7 @@ def _exporter(name: str) -> Any:
         from opentelemetry.sdk.trace.export import ConsoleSpanExporter
 
         return ConsoleSpanExporter(out=sys.stderr)  # stdout carries the protocol
-    from opentelemetry.util._importlib_metadata import entry_points
+    from .._otel_private import entry_points
 
     for entry_point in entry_points(group="opentelemetry_traces_exporter", name=name):
         return entry_point.load()()
