@@ -57,10 +57,6 @@ class MethodMatcher:
     def __init__(self, patterns: tuple[str, ...] = ()) -> None:
         self._patterns = patterns
 
-    @property
-    def patterns(self) -> tuple[str, ...]:
-        return self._patterns
-
     def __bool__(self) -> bool:
         return bool(self._patterns)
 
