@@ -1,6 +1,9 @@
 """OpenTelemetry tracing for the Agent Client Protocol (ACP) Python SDK.
 
-``opentelemetry-instrument python agent.py`` picks this up with no code change; or, in code::
+This module owns the public API, all of it: :class:`AcpInstrumentor` and ``__version__`` (every other module
+of the package is internal, a leading ``_``, besides ``package`` and ``version``; the ``acp-otel`` command is
+:mod:`acp_otel.cli`). ``opentelemetry-instrument python agent.py`` picks this up with no code change; or, in
+code::
 
     from acp_otel import AcpInstrumentor
     AcpInstrumentor().instrument()

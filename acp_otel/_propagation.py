@@ -6,6 +6,9 @@ Pure functions over plain JSON values. They copy only the levels they change (th
 The headers come from the globally configured propagator (``OTEL_PROPAGATORS``). When that is exactly
 the default W3C pair (trace-context then baggage) the common cases take a fast path (see
 :mod:`acp_otel._w3c_fast`) that gives the same headers and contexts at a fraction of the cost.
+
+Also here: the log filter that keeps what the propagators say about a peer's malformed headers out of the
+application's log, and the injectors / strippers for the ``extra_trace_keys`` setting.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """Thin wrapt wrappers that feed the ACP Python SDK's messages through the engine.
 
 The instrumentor's patch table says which ``acp.connection`` attribute gets which wrapper; each
-``*_wrapper(state)`` here builds one wrapper that reads the shared :class:`~acp_otel._state.InstrumentationState` on
-every call. Hooks are chosen by what the installed ``Connection`` has, not by version string (see
-DESIGN.md §2): ``_execute_request`` (0.12.1 and later: returns the response payload) or else
+``*_wrapper(state)`` here builds one wrapper that reads the shared
+:class:`~acp_otel._state.InstrumentationState` on every call. Hooks are chosen by what the installed
+``Connection`` has, not by version string (see DESIGN.md §2): ``_execute_request`` (0.12.1 and later: returns
+the response payload) or else
 ``_run_request`` (up to 0.12.0: runs the handler and sends the response, re-raising ``RequestError``).
 Releases before 0.12.1 keep the bound ``_run_request`` / ``_run_notification`` captured when a
 connection is built, so the wrappers look the engine up on every call and pass straight through once

@@ -1,4 +1,4 @@
-"""The ``acp-otel`` command line.
+"""The ``acp-otel`` command line: its argument parser and the dispatch to each subcommand, nothing else.
 
 ``acp-otel demo`` runs the example client and agent, traced, and shows the joined trace
 (see :mod:`acp_otel._demo.runner`); ``acp-otel proxy -- CMD`` relays and traces any agent
