@@ -24,8 +24,9 @@ def _is_package(path: Path) -> bool:
     return path.name == "__init__.py"
 
 
-def import_graph(package_dir: Path = PACKAGE_DIR) -> dict[str, set[str]]:
-    """``{module: modules of the package it imports}`` for every ``.py`` file under ``package_dir``."""
+def import_graph(package_dir: Path = PACKAGE_DIR, external: dict[str, set[str]] | None = None) -> dict[str, set[str]]:
+    """``{module: modules of the package it imports}`` for every ``.py`` file under ``package_dir``; the
+    top-level names of other imports go to ``external`` when given."""
     files = {_module_name(p): p for p in sorted(package_dir.rglob("*.py"))}
     graph: dict[str, set[str]] = {}
     for name, path in files.items():
@@ -47,6 +48,8 @@ def import_graph(package_dir: Path = PACKAGE_DIR) -> dict[str, set[str]]:
                     targets.add(module)
                 targets.update(f"{module}.{alias.name}" for alias in node.names)
         graph[name] = {t for t in targets if t in files and t != name}
+        if external is not None:
+            external[name] = {t.partition(".")[0] for t in targets if t and not t.startswith("acp_otel")}
     return graph
 
 
@@ -102,3 +105,26 @@ def test_find_cycles_finds_one() -> None:
 def test_no_import_cycle_in_the_package() -> None:
     cycles = find_cycles(import_graph())
     assert cycles == [], f"import cycles in acp_otel/ (TYPE_CHECKING imports count): {cycles}"
+
+
+def _closure(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen = {start}
+    todo = [start]
+    while todo:
+        for nxt in graph[todo.pop()]:
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
+def test_the_engine_knows_nothing_of_the_sdk_or_wrapt() -> None:
+    external: dict[str, set[str]] = {}
+    graph = import_graph(external=external)
+    engine_side = _closure(graph, "acp_otel._engine")
+    assert {"acp_otel._turns", "acp_otel._propagation", "acp_otel._otel_private"} <= engine_side
+    adapters = {"acp_otel._instrumentor", "acp_otel._state", "acp_otel._patching", "acp_otel._sdk_adapter"}
+    adapters |= {"acp_otel._remote", "acp_otel._spawn", "acp_otel._shutdown"}
+    assert engine_side.isdisjoint(adapters), engine_side & adapters
+    sdk_or_wrapt = {m: external[m] & {"acp", "wrapt"} for m in engine_side if external[m] & {"acp", "wrapt"}}
+    assert sdk_or_wrapt == {}, f"the engine's modules import the SDK or wrapt: {sdk_or_wrapt}"
