@@ -29,7 +29,7 @@ from . import _otel_private as otel_private
 
 _log = logging.getLogger("acp_otel")
 
-PATHS = otel_private.SDK_EXPORTER_PATHS
+PATHS = otel_private.SDK_EXPORTER_PATHS  # the attribute names walked (private SDK details, fenced there)
 _MAX_DEPTH = 6
 
 
