@@ -126,6 +126,7 @@ def main() -> int:
     parser.add_argument("--total", type=int, default=10_000, help="traced turns in all (memory over the run)")
     parser.add_argument("--warmup", type=int, default=2, help="rounds per server before memory is compared")
     parser.add_argument("--seconds", type=float, default=0, help="stop after this many seconds of load (0: none)")
+    parser.add_argument("--progress", action="store_true", help="print each round's turns and RSS on stderr")
     args = parser.parse_args()
     if args.smoke:
         args.connections, args.sessions, args.turns, args.total, args.warmup = 4, 2, 3, 400, 1
@@ -143,6 +144,9 @@ def main() -> int:
                 if stops.count("end_turn") != per_round:
                     bad.append(f"{'traced' if server.traced else 'untraced'}: turns ended {sorted(set(stops))}")
             rounds += 1
+            if args.progress:
+                print(f"round {rounds}: {traced.turns} traced turns, traced agent RSS {traced.rss[-1] / 1024:.1f} MB, "
+                      f"{time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
             if args.seconds and time.perf_counter() - started > args.seconds and rounds > args.warmup:
                 break
     finally:
@@ -181,6 +185,11 @@ def main() -> int:
         f"agent CPU per turn: {extra:+.2f} ms (target ≤ +1 ms: {'met' if extra <= 1 else 'MISSED'}); "
         f"traced agent memory after warm-up: {growth:+.1f} MB"
     )
+    # The traced agent's memory over the run, at about ten points (rounds after warm-up).
+    after = traced.rss[min(args.warmup, len(traced.rss)) - 1 :]
+    step = max(1, len(after) // 10)
+    points = after[::step] + ([after[-1]] if (len(after) - 1) % step else [])
+    print("traced agent RSS over the run (MB, from warm-up): " + " ".join(f"{kb / 1024:.1f}" for kb in points))
     for line in bad:
         print(f"FAILED: {line}")
     return 1 if bad else 0
