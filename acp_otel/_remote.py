@@ -62,11 +62,15 @@ _WS_FACTS: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVa
 class RemoteConnection:
     """What the tracing knows of one connection on a remote transport."""
 
-    __slots__ = ("__weakref__", "connection", "facts", "server_spans")
+    __slots__ = ("__weakref__", "connection", "facts", "sends_in_task", "server_spans")
 
-    def __init__(self, connection: Any, facts: dict[str, Any]) -> None:
+    def __init__(self, connection: Any, facts: dict[str, Any], sends_in_task: bool = True) -> None:
         self.connection = weakref.ref(connection)
         self.facts = facts
+        # Whether the transport writes a message in the sending task (HTTP client: a POST; WebSocket: a frame),
+        # where a current span parents what an HTTP or WebSocket instrumentation makes of it. The HTTP server
+        # only queues it for the SSE stream's own task: making our span current there would change nothing.
+        self.sends_in_task = sends_in_task
         # The SERVER span of each incoming request, by the task that runs its handler, until the response is
         # handed to the transport (Connection._run_request receives that task): the response goes under it.
         self.server_spans: dict[Any, trace.Span] = {}
@@ -82,7 +86,8 @@ class RemoteConnection:
             engine.note_connection_facts(connection, new)
 
 
-# Transport -> RemoteConnection: how the server's HTTP transport (which knows nothing of its Connection) finds it.
+# Transport -> RemoteConnection: how the server's HTTP transport (which knows nothing of its Connection) finds it,
+# for a transport that takes no attribute of ours (REMOTE_ATTR, set by bind, otherwise).
 _BY_TRANSPORT: weakref.WeakKeyDictionary[Any, RemoteConnection] = weakref.WeakKeyDictionary()
 
 
@@ -153,9 +158,12 @@ def bind(engine: Engine, connection: Any, transport: Any) -> None:
     if module not in REMOTE_MODULES:
         return
     facts = _transport_facts(transport, module)
-    remote = RemoteConnection(connection, facts)
+    remote = RemoteConnection(connection, facts, sends_in_task=module != _HTTP_SERVER)
     setattr(connection, REMOTE_ATTR, remote)
-    _BY_TRANSPORT[transport] = remote
+    try:  # read for every message the HTTP server delivers: an attribute costs less than the weak map
+        setattr(transport, REMOTE_ATTR, remote)
+    except AttributeError:
+        _BY_TRANSPORT[transport] = remote
     engine.note_connection_facts(connection, facts)
 
 
@@ -175,7 +183,8 @@ def after_initialize(engine: Engine, connection: Any, span: Any) -> None:
 
 
 def remember_server_span(remote: RemoteConnection, span: Any) -> None:
-    """The handler of an incoming request runs in this task: its response goes out under ``span``."""
+    """The handler of an incoming request runs in this task: its response goes out under ``span``
+    (callers check :attr:`RemoteConnection.sends_in_task` first)."""
     task = asyncio.current_task()
     if task is not None and span is not None:
         remote.server_spans[task] = span
@@ -191,14 +200,19 @@ def run_request_wrapper(state: InstrumentationState) -> Wrapper:
     async def run_request(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         remote = getattr(instance, REMOTE_ATTR, None)
         handler = args[1] if len(args) > 1 else kwargs.get("handler")
-        if remote is None or state.engine is None or handler is None:
+        if remote is None or not remote.sends_in_task or state.engine is None or handler is None:
             return await wrapped(*args, **kwargs)
-        try:
-            await asyncio.wait({handler})  # what _run_request awaits first: then the span is known
-        except BaseException:
-            remote.server_spans.pop(handler, None)
-            raise
+        # The SDK creates the handler's task just before this one, so the handler has usually started (and its
+        # span is known) by now; only otherwise wait for it, as _run_request does first anyway. Not waiting
+        # saves an event loop iteration per request.
         span = remote.server_spans.pop(handler, None)
+        if span is None:
+            try:
+                await asyncio.wait({handler})
+            except BaseException:
+                remote.server_spans.pop(handler, None)
+                raise
+            span = remote.server_spans.pop(handler, None)
         if span is None:
             return await wrapped(*args, **kwargs)
         token = otel_context.attach(trace.set_span_in_context(span))
@@ -285,7 +299,7 @@ def deliver_wrapper(state: InstrumentationState) -> Wrapper:
         message = args[0]
         try:
             server, request = post
-            remote = _BY_TRANSPORT.get(instance)
+            remote = getattr(instance, REMOTE_ATTR, None) or _BY_TRANSPORT.get(instance)
             if remote is not None and sc.ACP_CONNECTION_ID not in remote.facts:
                 remote.learn(engine, _post_facts(server, request, instance))
             if lacks_context(message, engine.propagation_keys):

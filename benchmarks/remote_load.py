@@ -15,9 +15,11 @@ id in every session. Rounds alternate between the two servers (the machine's spe
 CPU time (``/proc/PID/stat``) and resident memory are read around every round.
 
 Printed: turns/s and agent CPU per turn for both, the traced/untraced throughput ratio and CPU difference per
-turn, and the traced agent's resident memory after warm-up and at the end. Checked (exit status 1 when one
-fails): every turn answered ``end_turn``; on the traced agent, every span ended and no trace holds spans of two
-sessions. Timings are reported against the targets, never asserted.
+turn, and the traced agent's resident memory after warm-up and at its end (and at about ten points between).
+``--icount`` (where valgrind is installed) instead counts the instructions each agent executes per turn
+(cachegrind, difference of a short and a longer run of one connection), which do not drift with the machine.
+Checked (exit status 1 when one fails): every turn answered ``end_turn``; on the traced agent, every span ended
+and no trace holds spans of two sessions. Timings are reported against the targets, never asserted.
 """
 
 from __future__ import annotations
@@ -26,9 +28,11 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -116,6 +120,41 @@ async def _round(server: Server, transport: str, connections: int, sessions: int
     return stops
 
 
+def _icount(traced: bool, turns: int) -> int:
+    """Instructions the agent server executes, start to stop, serving ``turns`` turns (cachegrind)."""
+    out = Path(tempfile.mkdtemp(prefix="acp-otel-icount-")) / "cachegrind.out"
+    args = ["valgrind", "--tool=cachegrind", "--cache-sim=no", f"--cachegrind-out-file={out}"]
+    args += [sys.executable, str(AGENT), "-"] + (["--traced"] if traced else [])
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "PYTHONHASHSEED": "0"}
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+    assert proc.stdout is not None
+    port = int(proc.stdout.readline().split()[1])
+    asyncio.run(_connection(f"http://127.0.0.1:{port}/acp", 2, turns // 2))
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=900)
+    for line in out.read_text().splitlines():
+        if line.startswith("summary:"):
+            shutil.rmtree(out.parent)
+            return int(line.split()[1])
+    raise SystemExit("cachegrind wrote no summary")
+
+
+def icount_main(short: int, long: int) -> int:
+    if shutil.which("valgrind") is None:
+        print("valgrind is not installed: no instruction counts")
+        return 0
+    per_turn = {}
+    for traced in (False, True):
+        per_turn[traced] = (_icount(traced, long) - _icount(traced, short)) / (long - short)
+    extra = per_turn[True] - per_turn[False]
+    print(
+        f"agent instructions per turn (cachegrind, runs of {short} and {long} turns, one connection, 2 sessions): "
+        f"untraced {per_turn[False] / 1e3:.0f}k, traced {per_turn[True] / 1e3:.0f}k, "
+        f"difference {extra / 1e3:+.0f}k ({extra / per_turn[False]:+.1%})"
+    )
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smoke", action="store_true", help="short run for CI")
@@ -126,7 +165,11 @@ def main() -> int:
     parser.add_argument("--total", type=int, default=10_000, help="traced turns in all (memory over the run)")
     parser.add_argument("--warmup", type=int, default=2, help="rounds per server before memory is compared")
     parser.add_argument("--seconds", type=float, default=0, help="stop after this many seconds of load (0: none)")
+    parser.add_argument("--progress", action="store_true", help="print each round's turns and RSS on stderr")
+    parser.add_argument("--icount", action="store_true", help="count instructions per turn (valgrind) instead")
     args = parser.parse_args()
+    if args.icount:
+        return icount_main(20, 60)
     if args.smoke:
         args.connections, args.sessions, args.turns, args.total, args.warmup = 4, 2, 3, 400, 1
         args.seconds = args.seconds or 20
@@ -143,6 +186,13 @@ def main() -> int:
                 if stops.count("end_turn") != per_round:
                     bad.append(f"{'traced' if server.traced else 'untraced'}: turns ended {sorted(set(stops))}")
             rounds += 1
+            if args.progress:
+                print(
+                    f"round {rounds}: {traced.turns} traced turns, traced agent RSS {traced.rss[-1] / 1024:.1f} MB, "
+                    f"{time.perf_counter() - started:.0f} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
             if args.seconds and time.perf_counter() - started > args.seconds and rounds > args.warmup:
                 break
     finally:
@@ -181,6 +231,11 @@ def main() -> int:
         f"agent CPU per turn: {extra:+.2f} ms (target ≤ +1 ms: {'met' if extra <= 1 else 'MISSED'}); "
         f"traced agent memory after warm-up: {growth:+.1f} MB"
     )
+    # The traced agent's memory over the run, at about ten points (rounds after warm-up).
+    after = traced.rss[min(args.warmup, len(traced.rss)) - 1 :]
+    step = max(1, len(after) // 10)
+    points = after[::step] + ([after[-1]] if (len(after) - 1) % step else [])
+    print("traced agent RSS over the run (MB, from warm-up): " + " ".join(f"{kb / 1024:.1f}" for kb in points))
     for line in bad:
         print(f"FAILED: {line}")
     return 1 if bad else 0

@@ -20,6 +20,7 @@ import signal
 import socket
 import sys
 import threading
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -47,11 +48,17 @@ class OpenSpans(SpanProcessor):
 
 
 class SessionCheck(SpanProcessor):
-    """Counts ended spans and the traces whose spans name more than one session (cross-talk)."""
+    """Counts ended spans and the traces whose spans name more than one session (cross-talk).
+
+    Only the most recent traces are remembered (a turn's spans all end within seconds), so that the check itself
+    does not grow the agent's memory over a long load run.
+    """
+
+    RECENT = 4096
 
     def __init__(self) -> None:
         self.spans = 0
-        self.sessions: dict[int, str] = {}
+        self.sessions: OrderedDict[int, str] = OrderedDict()
         self.mixed: set[int] = set()
         self._lock = threading.Lock()
 
@@ -62,6 +69,8 @@ class SessionCheck(SpanProcessor):
             self.spans += 1
             if session is not None and self.sessions.setdefault(trace_id, session) != session:
                 self.mixed.add(trace_id)
+            if len(self.sessions) > self.RECENT:
+                self.sessions.popitem(last=False)
 
 
 class RemoteAgent(TraceAgent):
