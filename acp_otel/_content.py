@@ -100,3 +100,12 @@ def messages_json(messages: list[dict[str, Any]], limit: int) -> str:
         part[key] = value[: max(0, len(value) - excess)]
         text = json.dumps(messages, ensure_ascii=False)
     return text if len(text) <= limit else text[:limit]
+
+
+def truncate(value: Any, limit: int) -> str:
+    """``value`` as text (JSON for non-strings), at most ``limit`` characters."""
+    try:
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    except Exception:
+        text = repr(value)
+    return text if len(text) <= limit else text[:limit]
