@@ -48,7 +48,9 @@ class TurnLayer:
         self._instruments = instruments
         self._tools = ToolCalls(tracer, settings, instruments)
         mode = settings.notification_spans
-        self._all_mode = mode == "all"  # an update in a turn gets a span of its own
+        # Whether a session/update of a session with a turn in flight gets a span of its own (``all`` mode);
+        # otherwise it is counted on the turn. Read once by the engine.
+        self.update_spans = mode == "all"
         self._turn_events = mode == "turn"  # non-chunk updates become events, kind only
         self._all_events = mode == "events"  # every update becomes an event (the older mode)
         self._capture = settings.capture_content
@@ -194,10 +196,10 @@ class TurnLayer:
         has_span: bool,
         sent: bool,
         origin_traced: bool,
-    ) -> tuple[Context, bool]:
+    ) -> Context:
         """One message of a session with ``turn`` in flight, either direction: account for it and say where it
-        hangs. Returns the context its span (or, sent without one, the context it carries) starts under, and
-        whether it gets a span of its own (a ``session/update`` only in ``all`` mode).
+        hangs. Returns the context its span (or, sent without one, the context it carries) starts under (a
+        ``session/update`` gets a span only with :attr:`update_spans`).
 
         ``role``: what the method is to a turn (``ROLE_*``); ``has_span``: the message already has a span to hang
         from (sent: ``parent``, this process's context, holds a valid span; received: the sender's context did);
@@ -227,7 +229,7 @@ class TurnLayer:
                         self._keep_text(turn, update)
                     if self._all_events:
                         self._turn_event(turn, update, params)
-                    return (parent if has_span else turn.context), self._all_mode
+                    return parent if has_span else turn.context
                 context = None
                 if kind in _TOOL_UPDATES:
                     make_tools = self._tools_always or (self._tools_auto and not origin_traced)
@@ -244,14 +246,14 @@ class TurnLayer:
                         self.take_result(turn, update)
                         self.end(turn)
                 if context is not None and (sent or not has_span):
-                    return context, self._all_mode
-            return (parent if has_span else turn.context), self._all_mode
+                    return context
+            return parent if has_span else turn.context
         if role == ROLE_PERMISSION:
             if sent or not has_span:
                 make_tools = self._tools_always or (self._tools_auto and not origin_traced)
                 context = self._tools.sight(turn, permission_tool_call(params), make_tools)
                 if context is not None:
-                    return context, True
+                    return context
             elif self._tools_always:
                 # Tool spans on both sides: first sighting here too; the traced sender's span stays the parent.
                 self._tools.sight(turn, permission_tool_call(params), True)
@@ -259,8 +261,8 @@ class TurnLayer:
             # A span the application opened itself (or the traced agent's, relayed) is kept.
             context = turn.served_tool_context(params)
             if context is not None:
-                return context, True
-        return (parent if has_span else turn.context), True
+                return context
+        return parent if has_span else turn.context
 
     def _keep_text(self, turn: Turn, update: dict[str, Any]) -> None:
         """Keep an agent message chunk's text (capture_content), up to the max length in all."""
