@@ -5,8 +5,15 @@ Each message asks three things of the current context: whether instrumentation i
 answers hold for as long as the same object is current: the receive loop's for every incoming message, one
 handler's for every message it sends. :class:`DirectionFacts` keeps the last answers per direction; the engine
 compares the current context with the one they were read from (``is``) and asks again only when it changed.
+A request handler's context, which the engine builds from the sender's (spans and baggage only, see
+``Engine.begin_incoming``), is primed as the outgoing facts: the handler's first message skips the lookups too.
 
-MEASURED: <filled in below>
+Measured (the engine driven alone: a client and an agent engine, one prompt turn with K chunks each way,
+sampled, ``notification_spans=turn``; cachegrind, Python 3.11, OpenTelemetry 1.45.2), instructions per turn
+with all caches on: 621k at K = 1, 1410k at K = 20. Without the per-direction facts (asked on every message):
++27k at K = 1, +435k at K = 20 (about 10k per message; the whole round trip in ``benchmarks/roundtrip.py`` is
+1.6M and 9.1M instructions). Without priming the handler's context: +6.7k at K = 1, +5.6k at K = 20 (one
+lookup per request handled).
 """
 
 from __future__ import annotations

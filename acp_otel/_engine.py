@@ -42,6 +42,7 @@ from ._message_spans import (
     SERVER,
     Call,
     MessageSpans,
+    note_handler_exception,
 )
 from ._methods import MethodTable
 from ._metrics import Instruments
@@ -275,7 +276,7 @@ class Engine:
 
         ``rpc_code`` is the JSON-RPC code when the handler raised the SDK's ``RequestError``.
         """
-        self._spans.note_handler_exception(exc, rpc_code)
+        note_handler_exception(exc, rpc_code, self.settings)
 
     def end_result(self, call: Call | None, result: Any) -> None:
         """End a call that succeeded with ``result`` (``None`` for notifications)."""

@@ -49,7 +49,9 @@ class MethodTable:
         self._settings = settings
         self._instruments = instruments
         # Read directly on the per-message path (``cache.get(method) or info(method)``): a dict lookup, where
-        # working the facts out again costs two pattern matches and several dicts per message.
+        # working the facts out again costs pattern matches and several dicts per message. Measured as in
+        # _context_facts (the engine alone, sampled, turn mode): without it, +76k instructions per turn at K = 1,
+        # +775k at K = 20 (about 18k per message).
         self.cache: dict[str, MethodInfo] = {}
 
     def info(self, method: str) -> MethodInfo:

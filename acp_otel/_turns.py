@@ -108,22 +108,9 @@ class TurnLayer:
             turn.output = []
             if turn.span.is_recording():
                 try:  # whatever the prompt holds, the turn keeps its span
-                    self._input_attributes(turn.span, params)
+                    turn.span.set_attributes(content.input_attributes(params, self._max_len))
                 except Exception:
                     _log.debug("acp_otel: failed to record the prompt's content", exc_info=True)
-
-    def _input_attributes(self, span: Span, params: Any) -> None:
-        prompt = params.get("prompt") if type(params) is dict else None
-        parts = content.prompt_parts(prompt)
-        limit = self._max_len
-        text = content.parts_text(parts, limit)  # first: messages_json shortens the parts it fits
-        span.set_attributes(
-            {
-                sc.GEN_AI_INPUT_MESSAGES: content.messages_json([{"role": "user", "parts": parts}], limit),
-                sc.INPUT_VALUE: text,
-                sc.INPUT_MIME_TYPE: sc.TEXT_PLAIN,
-            }
-        )
 
     def end(self, turn: Turn, ended_by: str | None = None, timed: bool | None = None) -> None:
         """End the turn's open tool calls (marked), annotate the turn span, record the turn metrics.
@@ -154,7 +141,8 @@ class TurnLayer:
             if turn.reports_usage:
                 usage_attributes(turn, attributes)
             if turn.output is not None:
-                self._output_attributes(turn, attributes, ended_by)
+                failed = turn.error_type is not None or ended_by is not None
+                content.output_attributes(attributes, turn.output, turn.stop_reason, failed, self._max_len)
             span.set_attributes(attributes)
         instruments = self._instruments
         if timed is None:
@@ -170,14 +158,6 @@ class TurnLayer:
             instruments.turn_duration.record(now - turn.started, turn_attributes)
         if turn.own_span:
             span.end()
-
-    def _output_attributes(self, turn: Turn, attributes: dict[str, Any], ended_by: str | None) -> None:
-        text = "".join(turn.output or ())
-        failed = turn.error_type is not None or ended_by is not None
-        message = content.output_message(text, turn.stop_reason, failed)
-        attributes[sc.GEN_AI_OUTPUT_MESSAGES] = content.messages_json([message], self._max_len)
-        attributes[sc.OUTPUT_VALUE] = text
-        attributes[sc.OUTPUT_MIME_TYPE] = sc.TEXT_PLAIN
 
     def end_tools(self, turn: Turn, ended_by: str) -> None:
         """End the turn's open tool calls, marked ``acp.tool_call.ended_by = ended_by`` (not an error)."""
