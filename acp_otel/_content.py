@@ -100,3 +100,35 @@ def messages_json(messages: list[dict[str, Any]], limit: int) -> str:
         part[key] = value[: max(0, len(value) - excess)]
         text = json.dumps(messages, ensure_ascii=False)
     return text if len(text) <= limit else text[:limit]
+
+
+def truncate(value: Any, limit: int) -> str:
+    """``value`` as text (JSON for non-strings), at most ``limit`` characters."""
+    try:
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    except Exception:
+        text = repr(value)
+    return text if len(text) <= limit else text[:limit]
+
+
+def input_attributes(params: Any, limit: int) -> dict[str, Any]:
+    """A ``session/prompt``'s prompt as a turn's input attributes (GenAI input messages and plain text)."""
+    prompt = params.get("prompt") if type(params) is dict else None
+    parts = prompt_parts(prompt)
+    text = parts_text(parts, limit)  # first: messages_json shortens the parts it fits
+    return {
+        sc.GEN_AI_INPUT_MESSAGES: messages_json([{"role": "user", "parts": parts}], limit),
+        sc.INPUT_VALUE: text,
+        sc.INPUT_MIME_TYPE: sc.TEXT_PLAIN,
+    }
+
+
+def output_attributes(
+    attributes: dict[str, Any], output: list[str], stop_reason: str | None, failed: bool, limit: int
+) -> None:
+    """Add a turn's streamed agent text (``output``) to its end ``attributes``, as GenAI output messages and text."""
+    text = "".join(output)
+    message = output_message(text, stop_reason, failed)
+    attributes[sc.GEN_AI_OUTPUT_MESSAGES] = messages_json([message], limit)
+    attributes[sc.OUTPUT_VALUE] = text
+    attributes[sc.OUTPUT_MIME_TYPE] = sc.TEXT_PLAIN
