@@ -25,9 +25,9 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.context import Context
 
+from . import _otel_private as otel_private
 from . import _propagation as propagation
 from . import _semconv as sc
-from . import _w3c_fast as w3c_fast
 from ._connection import PeerRegistry, PeerState
 from ._context_facts import ContextFacts, DirectionFacts
 from ._message_spans import (
@@ -52,6 +52,10 @@ from ._turns import TurnLayer
 __all__ = ["Call", "Engine", "PeerState"]
 
 _log = logging.getLogger("acp_otel")
+
+# Read once (module constants, not attribute lookups per message): see _otel_private.
+_SPAN_KEY = otel_private.SPAN_KEY
+_DIRECT_CONTEXTS = otel_private.DIRECT_CONTEXTS
 
 
 def _has_span(ctx: Context) -> bool:
@@ -257,13 +261,17 @@ class Engine:
             request_id = message.get("id") if is_request else None
             call = self._spans.start(info, method, params, request_id, state, parent, kind, is_request)
             # Baggage and the remote parent stay current for the handler, under our span.
-            # What set_span_in_context and then set_value give, built in one go.
-            context = Context({**parent, w3c_fast.SPAN_KEY: call.span, CALL_KEY: weakref.ref(call)})
+            # What set_span_in_context and then set_value give, built in one go where the API allows it.
+            span = call.span
+            if _DIRECT_CONTEXTS or span is None:
+                context = Context({**parent, _SPAN_KEY: span, CALL_KEY: weakref.ref(call)})
+            else:
+                context = otel_private.context_with(parent, span, CALL_KEY, weakref.ref(call))
             if built_here and is_request:
                 # The handler sends from this context (its notifications, its requests to the peer): what
                 # is_instrumentation_enabled() says there is known, since nothing but spans, baggage and our
                 # call were put into an empty context, so the first message it sends skips the lookups.
-                self._facts.outgoing = ContextFacts(context, call.span)
+                self._facts.outgoing = ContextFacts(context, span)
             return call, stripped, context
         except Exception:
             _log.debug("acp_otel: failed to start incoming span", exc_info=True)

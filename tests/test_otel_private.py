@@ -227,3 +227,41 @@ def test_the_propagators_warn_through_the_loggers_we_filter(caplog: pytest.LogCa
                 f"{carrier}: the propagators warned through {names}, not the loggers whose records we filter "
                 "(a peer's bad headers would reach the application's log)"
             )
+
+
+async def test_the_engine_builds_handler_contexts_through_the_api_when_it_must(
+    monkeypatch: pytest.MonkeyPatch, instrument: Any, exporter: Any, pair: Any
+) -> None:
+    """With DIRECT_CONTEXTS off, a handler still runs under its SERVER span, with the call that names its failure."""
+    from acp.exceptions import RequestError
+    from acp_app import open_session, prompt
+    from spans import one, parent_of, span_id, wait_until
+
+    from acp_otel import _engine
+
+    built: list[int] = []
+    real = otel_private.context_with
+
+    def counting(*args: Any) -> Context:
+        built.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(_engine, "_DIRECT_CONTEXTS", False)
+    monkeypatch.setattr(otel_private, "context_with", counting)
+    p = await pair()
+    session_id = await open_session(p.client_conn)
+    with pytest.raises(RequestError):
+        await prompt(p.client_conn, session_id, "fail")
+    await prompt(p.client_conn, session_id, "hello")
+    prompts = lambda: [s for s in exporter.get_finished_spans() if s.name.startswith("session/prompt")]  # noqa: E731
+    await wait_until(lambda: len(prompts()) == 4)
+    assert built, "the engine did not take the public API's path"
+    spans = exporter.get_finished_spans()
+    failed, served = sorted(
+        (s for s in spans if s.name.startswith("session/prompt") and s.kind is trace.SpanKind.SERVER),
+        key=lambda s: s.start_time,
+    )
+    assert failed.attributes["error.type"] == "ValueError"  # the handler's exception, named through the call key
+    read = one(spans, "fs/read_text_file", trace.SpanKind.CLIENT)
+    tool = one(spans, "execute_tool read", trace.SpanKind.INTERNAL)
+    assert parent_of(tool) == span_id(served) and parent_of(read) == span_id(tool)
