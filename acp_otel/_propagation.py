@@ -115,7 +115,6 @@ class _PeerInputLogFilter(logging.Filter):
 
 
 _EXTRACTING: ContextVar[bool] = ContextVar("acp_otel_extracting", default=False)
-_PROPAGATOR_LOGGERS = otel_private.PROPAGATOR_LOGGERS
 _LOG_FILTER = _PeerInputLogFilter()
 
 
@@ -126,7 +125,7 @@ def install_log_filter() -> None:
     """Put the filter on the propagators' loggers (``instrument()``; the first extract does it otherwise)."""
     # Filters stay on a logger through logging (re)configuration, so once per process is enough.
     global _log_filter_installed
-    for name in _PROPAGATOR_LOGGERS:
+    for name in otel_private.PROPAGATOR_LOGGERS:
         logging.getLogger(name).addFilter(_LOG_FILTER)
     _log_filter_installed = True
 
@@ -134,7 +133,7 @@ def install_log_filter() -> None:
 def uninstall_log_filter() -> None:
     """Take the filter off the propagators' loggers (``uninstrument()``); the next extract puts it back."""
     global _log_filter_installed
-    for name in _PROPAGATOR_LOGGERS:
+    for name in otel_private.PROPAGATOR_LOGGERS:
         logging.getLogger(name).removeFilter(_LOG_FILTER)
     _log_filter_installed = False
 

@@ -29,7 +29,6 @@ from . import _otel_private as otel_private
 
 _log = logging.getLogger("acp_otel")
 
-PATHS = otel_private.SDK_EXPORTER_PATHS  # the attribute names walked (private SDK details, fenced there)
 _MAX_DEPTH = 6
 
 
@@ -72,7 +71,7 @@ def console_exporters(root: Any) -> list[Any]:
         if name.startswith("Console") and name.endswith("Exporter") and hasattr(obj, "out"):
             found.append(obj)
             return
-        for attribute in PATHS:
+        for attribute in otel_private.SDK_EXPORTER_PATHS:
             child = getattr(obj, attribute, None)
             if child is not None:
                 visit(child, depth + 1)

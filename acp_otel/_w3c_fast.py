@@ -51,7 +51,7 @@ _FLAGS = {f"{i:02x}": TraceFlags(i) for i in range(256)}
 # The keys a Context holds its span and its baggage under (see _otel_private; module constants here, read per
 # message). Reading baggage by its key is one dict lookup where baggage.get_all() is four Python calls; a context
 # built with the span key directly is half the cost of set_span_in_context (which copies through set_value).
-SPAN_KEY = otel_private.SPAN_KEY
+_SPAN_KEY = otel_private.SPAN_KEY
 _BAGGAGE_KEY = otel_private.BAGGAGE_KEY
 
 
@@ -150,7 +150,7 @@ class W3CFastPath:
         if trace_id == _ZERO_TRACE_ID or span_id == _ZERO_SPAN_ID:
             return None
         span_context = SpanContext(int(trace_id, 16), int(span_id, 16), True, _FLAGS[flags])
-        context = Context({SPAN_KEY: NonRecordingSpan(span_context)})  # set_span_in_context(span, Context())
+        context = Context({_SPAN_KEY: NonRecordingSpan(span_context)})  # set_span_in_context(span, Context())
         self._last_extracted = (traceparent, context)
         if "baggage" in carrier:
             context = self._baggage.extract(carrier, context)

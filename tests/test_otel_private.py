@@ -54,8 +54,6 @@ def test_set_span_in_context_writes_exactly_the_span_key() -> None:
     built = Context({**parent, otel_private.SPAN_KEY: span, "call": 2})
     assert built == otel_private.context_with(parent, span, "call", 2)
     assert trace.get_current_span(built) is span and baggage.get_all(built) == {"k": "v"}
-    # The names the engine and the fast path read are the fence's.
-    assert _w3c_fast.SPAN_KEY == otel_private.SPAN_KEY and _w3c_fast._BAGGAGE_KEY == otel_private.BAGGAGE_KEY
 
 
 def test_a_context_api_that_writes_more_turns_the_fast_path_off(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -158,7 +156,6 @@ def test_the_sdk_exporter_paths_reach_every_console_exporter() -> None:
     from opentelemetry.sdk._logs import LoggerProvider
     from opentelemetry.sdk._logs.export import BatchLogRecordProcessor, ConsoleLogExporter, SimpleLogRecordProcessor
 
-    assert _stdout_guard.PATHS is otel_private.SDK_EXPORTER_PATHS
     span_exporters = [ConsoleSpanExporter(), ConsoleSpanExporter()]
     tracer_provider = TracerProvider()
     tracer_provider.add_span_processor(SimpleSpanProcessor(span_exporters[0]))
@@ -253,8 +250,7 @@ async def test_the_engine_builds_handler_contexts_through_the_api_when_it_must(
     with pytest.raises(RequestError):
         await prompt(p.client_conn, session_id, "fail")
     await prompt(p.client_conn, session_id, "hello")
-    prompts = lambda: [s for s in exporter.get_finished_spans() if s.name.startswith("session/prompt")]  # noqa: E731
-    await wait_until(lambda: len(prompts()) == 4)
+    await wait_until(lambda: sum(s.name.startswith("session/prompt") for s in exporter.get_finished_spans()) == 4)
     assert built, "the engine did not take the public API's path"
     spans = exporter.get_finished_spans()
     failed, served = sorted(
