@@ -86,8 +86,7 @@ class RemoteConnection:
             engine.note_connection_facts(connection, new)
 
 
-# Transport -> RemoteConnection: how the server's HTTP transport (which knows nothing of its Connection) finds it,
-# for a transport that takes no attribute of ours (REMOTE_ATTR, set by bind, otherwise).
+# Transport -> RemoteConnection: how the server's HTTP transport (which knows nothing of its Connection) finds it.
 _BY_TRANSPORT: weakref.WeakKeyDictionary[Any, RemoteConnection] = weakref.WeakKeyDictionary()
 
 
@@ -160,10 +159,7 @@ def bind(engine: Engine, connection: Any, transport: Any) -> None:
     facts = _transport_facts(transport, module)
     remote = RemoteConnection(connection, facts, sends_in_task=module != _HTTP_SERVER)
     setattr(connection, REMOTE_ATTR, remote)
-    try:  # read for every message the HTTP server delivers: an attribute costs less than the weak map
-        setattr(transport, REMOTE_ATTR, remote)
-    except AttributeError:
-        _BY_TRANSPORT[transport] = remote
+    _BY_TRANSPORT[transport] = remote
     engine.note_connection_facts(connection, facts)
 
 
@@ -183,11 +179,19 @@ def after_initialize(engine: Engine, connection: Any, span: Any) -> None:
 
 
 def remember_server_span(remote: RemoteConnection, span: Any) -> None:
-    """The handler of an incoming request runs in this task: its response goes out under ``span``
-    (callers check :attr:`RemoteConnection.sends_in_task` first)."""
+    """The handler of an incoming request runs in this task: its response goes out under ``span`` (where the
+    transport sends in the sending task: see :func:`run_request_wrapper`)."""
     task = asyncio.current_task()
-    if task is not None and span is not None:
+    if task is not None and span is not None and remote.sends_in_task:
         remote.server_spans[task] = span
+
+
+def attach_for_send(remote: RemoteConnection, span: Any) -> contextvars.Token[Context] | None:
+    """Make ``span`` current while its message is handed to the transport, so that the HTTP request or frame
+    carrying it is its child; returns the token to detach, or ``None`` where the transport only queues it."""
+    if not remote.sends_in_task:
+        return None
+    return otel_context.attach(trace.set_span_in_context(span))
 
 
 def run_request_wrapper(state: InstrumentationState) -> Wrapper:
@@ -299,7 +303,7 @@ def deliver_wrapper(state: InstrumentationState) -> Wrapper:
         message = args[0]
         try:
             server, request = post
-            remote = getattr(instance, REMOTE_ATTR, None) or _BY_TRANSPORT.get(instance)
+            remote = _BY_TRANSPORT.get(instance)
             if remote is not None and sc.ACP_CONNECTION_ID not in remote.facts:
                 remote.learn(engine, _post_facts(server, request, instance))
             if lacks_context(message, engine.propagation_keys):

@@ -20,7 +20,6 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context as otel_context
-from opentelemetry import trace
 
 from . import _remote as remote
 from ._patching import Wrapper
@@ -65,16 +64,11 @@ def _outgoing_wrapper(state: InstrumentationState, is_request: bool) -> Wrapper:
         call, new_params = engine.begin_outgoing(instance, method, params, request_id, is_request)
         if call is None:  # nothing to end (the context may still have been injected)
             return await wrapped(method, new_params) if new_params is not params else await wrapped(*args, **kwargs)
-        # A remote transport that sends in this task (HTTP client, WebSocket) sends with our span current: the
-        # HTTP request or frame that carries the message is its child. Not for stdio or the HTTP server's SSE
-        # stream, where nothing would use it (one lookup per message).
+        # A remote transport (HTTP, WebSocket) sends with our span current: the HTTP request or frame that
+        # carries the message is its child. Not for stdio, where nothing would use it (one lookup per message).
         connection = getattr(instance, remote.REMOTE_ATTR, None)
         span = call.span
-        token = (
-            None
-            if connection is None or span is None or not connection.sends_in_task
-            else otel_context.attach(trace.set_span_in_context(span))
-        )
+        token = None if connection is None or span is None else remote.attach_for_send(connection, span)
         try:
             result = await wrapped(method, new_params)
         except asyncio.CancelledError:
@@ -132,7 +126,7 @@ async def _run_incoming(
             otel_context.detach(token)
     if returns_payload:  # a remote connection sends the response under this span (remote.run_request_wrapper)
         connection = getattr(instance, remote.REMOTE_ATTR, None)
-        if connection is not None and connection.sends_in_task:
+        if connection is not None:
             remote.remember_server_span(connection, call.span)
     try:
         out = await (wrapped(handler_message) if alone else wrapped(handler_message, *args[1:]))
