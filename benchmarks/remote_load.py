@@ -49,10 +49,10 @@ TICKS = os.sysconf("SC_CLK_TCK")
 class Server:
     """One agent server process."""
 
-    def __init__(self, traced: bool) -> None:
+    def __init__(self, traced: bool, runner: tuple[str, ...] = ()) -> None:
         self.traced = traced
-        args = [sys.executable, str(AGENT), "-"] + (["--traced"] if traced else [])
-        env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+        args = [*runner, sys.executable, str(AGENT), "-"] + (["--traced"] if traced else [])
+        env = {**os.environ, "PYTHONWARNINGS": "ignore", "PYTHONHASHSEED": "0"}
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True, env=env)
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
@@ -76,7 +76,7 @@ class Server:
 
     def stop(self) -> dict[str, Any]:
         self.proc.send_signal(signal.SIGTERM)
-        out, _ = self.proc.communicate(timeout=120)
+        out, _ = self.proc.communicate(timeout=600)  # a server under valgrind takes its time
         for line in out.splitlines():
             if line.startswith("SUMMARY "):
                 return dict(json.loads(line[len("SUMMARY ") :]))
@@ -123,15 +123,9 @@ async def _round(server: Server, transport: str, connections: int, sessions: int
 def _icount(traced: bool, turns: int) -> int:
     """Instructions the agent server executes, start to stop, serving ``turns`` turns (cachegrind)."""
     out = Path(tempfile.mkdtemp(prefix="acp-otel-icount-")) / "cachegrind.out"
-    args = ["valgrind", "--tool=cachegrind", "--cache-sim=no", f"--cachegrind-out-file={out}"]
-    args += [sys.executable, str(AGENT), "-"] + (["--traced"] if traced else [])
-    env = {**os.environ, "PYTHONWARNINGS": "ignore", "PYTHONHASHSEED": "0"}
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
-    assert proc.stdout is not None
-    port = int(proc.stdout.readline().split()[1])
-    asyncio.run(_connection(f"http://127.0.0.1:{port}/acp", 2, turns // 2))
-    proc.send_signal(signal.SIGTERM)
-    proc.communicate(timeout=900)
+    server = Server(traced, ("valgrind", "-q", "--tool=cachegrind", "--cache-sim=no", f"--cachegrind-out-file={out}"))
+    asyncio.run(_connection(f"http://127.0.0.1:{server.port}/acp", 2, turns // 2))
+    server.stop()
     for line in out.read_text().splitlines():
         if line.startswith("summary:"):
             shutil.rmtree(out.parent)
