@@ -58,6 +58,10 @@ def _assert_same_context(got: Context, want: Context) -> None:
             assert value == expected
 
 
+def _carrier(traceparent: str, bag: str | None) -> dict[str, str]:
+    return {"traceparent": traceparent} if bag is None else {"traceparent": traceparent, "baggage": bag}
+
+
 def _real_extract(carrier: dict[str, str]) -> Context:
     return REAL.extract(carrier, context=Context())
 
@@ -153,7 +157,7 @@ def test_extract_equals_the_real_propagators(carrier: dict[str, str]) -> None:
 @FAST
 @given(canonical_traceparent(), st.none() | baggages)
 def test_canonical_traceparent_takes_the_fast_path_and_agrees(traceparent: str, bag: str | None) -> None:
-    carrier = {"traceparent": traceparent} if bag is None else {"traceparent": traceparent, "baggage": bag}
+    carrier = _carrier(traceparent, bag)
     fast = w3c_fast.for_propagator(propagate.get_global_textmap())
     assert fast is not None
     got = fast.extract(carrier)
@@ -181,7 +185,7 @@ def cased_traceparent(draw: st.DrawFn) -> str:
 @FAST
 @given(cased_traceparent(), st.none() | baggages)
 def test_case_of_each_field_is_judged_as_the_real_propagator_does(traceparent: str, bag: str | None) -> None:
-    carrier = {"traceparent": traceparent} if bag is None else {"traceparent": traceparent, "baggage": bag}
+    carrier = _carrier(traceparent, bag)
     fast = w3c_fast.for_propagator(propagate.get_global_textmap())
     assert fast is not None
     got, want = fast.extract(carrier), _real_extract(carrier)
