@@ -123,7 +123,14 @@ async def _round(server: Server, transport: str, connections: int, sessions: int
 def _icount(traced: bool, turns: int) -> int:
     """Instructions the agent server executes, start to stop, serving ``turns`` turns (cachegrind)."""
     out = Path(tempfile.mkdtemp(prefix="acp-otel-icount-")) / "cachegrind.out"
-    server = Server(traced, ("valgrind", "-q", "--tool=cachegrind", "--cache-sim=no", f"--cachegrind-out-file={out}"))
+    valgrind = (
+        "valgrind",
+        "--tool=cachegrind",
+        "--cache-sim=no",
+        f"--cachegrind-out-file={out}",
+        f"--log-file={out}.log",
+    )
+    server = Server(traced, valgrind)
     asyncio.run(_connection(f"http://127.0.0.1:{server.port}/acp", 2, turns // 2))
     server.stop()
     for line in out.read_text().splitlines():
