@@ -99,7 +99,7 @@ def initialize_params(span: Span, peer: PeerState | None, params: dict[str, Any]
 
 def initialize_result(span: Span, peer: PeerState | None, result: dict[str, Any]) -> None:
     """An ``initialize`` result: the agent's facts on the request's span and the connection's later spans."""
-    _initialize_facts(span, peer, result, "agentInfo", sc.ACP_AGENT_NAME, sc.ACP_AGENT_VERSION)
+    _initialize_facts(span, peer, result, "agentInfo", sc.GEN_AI_AGENT_NAME, sc.GEN_AI_AGENT_VERSION)
     _declared_extensions(span, result.get("agentCapabilities"), sc.ACP_AGENT_CAPABILITIES_EXTENSIONS)
 
 

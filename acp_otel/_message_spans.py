@@ -26,7 +26,7 @@ from ._methods import MethodInfo
 from ._metrics import Instruments
 from ._settings import Settings
 from ._turn_state import Turn
-from ._turns import TurnLayer, agent_attributes, update_attributes
+from ._turns import TurnLayer, update_attributes
 
 _log = logging.getLogger("acp_otel")
 
@@ -168,7 +168,7 @@ class MessageSpans:
         if turn_peer is not None and turn is None and session_id is not None:
             # A v1 turn: named like MCP names its calls, "{method} {target}" (the agent), so that trace lists
             # tell agents apart; the method stays first, as this span is also the request's.
-            agent = turn_peer.attributes.get(sc.ACP_AGENT_NAME)
+            agent = turn_peer.attributes.get(sc.GEN_AI_AGENT_NAME)
             if type(agent) is str and agent:
                 name = f"{method} {agent[:_MAX_AGENT_NAME]}"
         span = self._tracer.start_span(name, context=parent, kind=kind, attributes=attributes)
@@ -205,15 +205,10 @@ class MessageSpans:
         attributes = info.attributes.copy()
         if peer is not None:
             attributes.update(peer.attributes)
-            if method == sc.SESSION_PROMPT:
-                if (peer.protocol_version or 0) >= 2:
-                    attributes.pop(sc.GEN_AI_OPERATION_NAME, None)  # the v2 turn span carries it
-                else:
-                    agent_attributes(attributes, peer.attributes)
+            if method == sc.SESSION_PROMPT and (peer.protocol_version or 0) >= 2:
+                attributes.pop(sc.GEN_AI_OPERATION_NAME, None)  # the v2 turn span carries it
         if session_id is not None:
-            attributes[sc.ACP_SESSION_ID] = session_id
-            if sc.GEN_AI_OPERATION_NAME in attributes:  # a GenAI attribute, on GenAI operations (turns) only
-                attributes[sc.GEN_AI_CONVERSATION_ID] = session_id
+            attributes[sc.GEN_AI_CONVERSATION_ID] = session_id
         if cache is not None and len(cache) < _BASE_CACHE_SIZE:
             cache[(method, session_id)] = attributes
         return attributes
@@ -332,7 +327,7 @@ class MessageSpans:
             if call.session_id is None and call.method in _SESSION_RESULT_METHODS:
                 session_id = _str_or_none(result.get("sessionId"))
                 if session_id is not None:
-                    span.set_attribute(sc.ACP_SESSION_ID, session_id)
+                    span.set_attribute(sc.GEN_AI_CONVERSATION_ID, session_id)
         if self._capture and result is not None:
             span.set_attribute(sc.ACP_RESULT, truncate(result, self._max_len))
 

@@ -14,10 +14,10 @@ from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from . import _semconv as sc
-from ._content import truncate
+from ._content import json_text, truncate
 from ._metrics import Instruments
 from ._settings import Settings
 from ._turn_state import NAME_ACP, NAME_KIND, NAME_META, NAME_NONE, NAME_TITLE, ToolCall, Turn
@@ -113,7 +113,7 @@ class ToolCalls:
             ):
                 self._rename(tool, update)
             if self._capture:
-                self._content(tool.span, update)
+                self._content(tool, update)
         if status is not None and status != tool.status:
             self._status(tool, status)
         if "content" in update:
@@ -202,7 +202,7 @@ class ToolCalls:
         span = tool.span
         if span.is_recording():
             span.update_name(f"{sc.EXECUTE_TOOL} {name}")
-            span.set_attribute(sc.GEN_AI_TOOL_NAME, name)
+            span.set_attributes({sc.GEN_AI_TOOL_NAME: name, sc.ACP_TOOL_CALL_NAME_SOURCE: sc.TOOL_NAME_SOURCES[rank]})
 
     def _open(self, turn: Turn, tool_call_id: str, update: dict[str, Any], status: str | None) -> ToolCall:
         kind = update.get("kind")
@@ -212,7 +212,6 @@ class ToolCalls:
         attributes: dict[str, Any] = {
             sc.GEN_AI_OPERATION_NAME: sc.EXECUTE_TOOL,
             sc.GEN_AI_TOOL_CALL_ID: tool_call_id,
-            sc.ACP_SESSION_ID: turn.session_id,
             sc.GEN_AI_CONVERSATION_ID: turn.session_id,
         }
         if type(turn.agent) is str:
@@ -220,29 +219,34 @@ class ToolCalls:
         if label is not None:
             label = label[:_MAX_NAME]
             attributes[sc.GEN_AI_TOOL_NAME] = label
+            attributes[sc.ACP_TOOL_CALL_NAME_SOURCE] = sc.TOOL_NAME_SOURCES[rank]
         if kind is not None:
             attributes[sc.ACP_TOOL_CALL_KIND] = kind
         if status is not None:
             attributes[sc.ACP_TOOL_CALL_STATUS] = status
         span_name = f"{sc.EXECUTE_TOOL} {label}" if label else sc.EXECUTE_TOOL
         span = self._tracer.start_span(span_name, context=turn.context, kind=SpanKind.INTERNAL, attributes=attributes)
-        if self._capture and span.is_recording():
-            self._content(span, update)
         tool = ToolCall(span, trace.set_span_in_context(span, turn.context), kind, None)
+        if self._capture and span.is_recording():
+            self._content(tool, update)
         tool.name, tool.name_rank = label, rank
         tool.titled = type(update.get("title")) is str
         turn.tools[tool_call_id] = tool
         return tool
 
-    def _content(self, span: Span, update: dict[str, Any]) -> None:
-        for key, attribute in (
-            ("title", sc.ACP_TOOL_CALL_TITLE),
-            ("rawInput", sc.GEN_AI_TOOL_CALL_ARGUMENTS),
-            ("rawOutput", sc.GEN_AI_TOOL_CALL_RESULT),
-            ("locations", sc.ACP_TOOL_CALL_LOCATIONS),
-        ):
+    def _content(self, tool: ToolCall, update: dict[str, Any]) -> None:
+        """Title, arguments and locations as they come (capture_content); the result is kept for the end: the
+        conventions record it only for a call that succeeded. Arguments and result stay valid JSON."""
+        span = tool.span
+        for key, attribute in (("title", sc.ACP_TOOL_CALL_TITLE), ("locations", sc.ACP_TOOL_CALL_LOCATIONS)):
             if key in update and update[key] is not None:
                 span.set_attribute(attribute, truncate(update[key], self._max_len))
+        raw_input = update.get("rawInput")
+        if raw_input is not None:
+            span.set_attribute(sc.GEN_AI_TOOL_CALL_ARGUMENTS, json_text(raw_input, self._max_len))
+        raw_output = update.get("rawOutput")
+        if raw_output is not None:
+            tool.result = raw_output
 
     def end(self, turn: Turn, tool_call_id: str, tool: ToolCall, ended_by: str | None) -> None:
         del turn.tools[tool_call_id]
@@ -258,13 +262,15 @@ class ToolCalls:
                 span.set_attribute(sc.ACP_TOOL_CALL_UPDATE_COUNT, update_count)
             if ended_by is not None:  # never reached completed / failed: marked, not an error
                 span.set_attribute(sc.ACP_TOOL_CALL_ENDED_BY, ended_by)
+            if tool.result is not None and tool.status == "completed":
+                span.set_attribute(sc.GEN_AI_TOOL_CALL_RESULT, json_text(tool.result, self._max_len))
             if failed:
                 span.set_attribute(sc.ERROR_TYPE, sc.TOOL_FAILED)
                 span.set_status(Status(StatusCode.ERROR, "tool call failed"))
         span.end()
         instruments = self._instruments
         if instruments is not None and instruments.recording():
-            attributes = instruments.tool_attributes(turn.agent, tool.kind, tool.status)
+            attributes = instruments.tool_attributes(turn.agent, tool.name, tool.kind, tool.status)
             instruments.tool_duration.record(time.monotonic() - tool.started, attributes)
 
     def end_all(self, turn: Turn, ended_by: str) -> None:

@@ -20,7 +20,19 @@ NAME_ACP, NAME_META, NAME_TITLE, NAME_KIND, NAME_NONE = range(5)
 class ToolCall:
     """One open tool call: its span, its name and where that came from, and what its metric needs."""
 
-    __slots__ = ("context", "events", "kind", "name", "name_rank", "span", "started", "status", "titled", "updates")
+    __slots__ = (
+        "context",
+        "events",
+        "kind",
+        "name",
+        "name_rank",
+        "result",
+        "span",
+        "started",
+        "status",
+        "titled",
+        "updates",
+    )
 
     def __init__(self, span: Span, context: Context, kind: str | None, status: str | None) -> None:
         self.span = span
@@ -33,6 +45,7 @@ class ToolCall:
         self.name: str | None = None  # gen_ai.tool.name (truncated), from the source ranked name_rank
         self.name_rank = NAME_NONE
         self.titled = False  # a title was seen: only the first one may name the tool
+        self.result: Any = None  # the latest rawOutput (capture_content): recorded when the call completes
 
 
 class Turn:

@@ -127,6 +127,8 @@ SCRIPT = [
     _tool("t-read", kind="read", rawInput={"path": "/tmp/x"}, _meta={"claudeCode": {"toolName": "Read"}}),
     ("permission", "t-read"),
     _tool_update("t-read", "completed", rawOutput={"lines": 3}, locations=[{"path": "/tmp/x"}]),
+    _tool("t-fail", kind="fetch", rawInput={"url": "x"}),
+    _tool_update("t-fail", "failed", rawOutput={"error": "unreachable"}),  # a result only on success
     _tool("t-open", kind="execute"),  # never completes: ended with the turn
     {"sessionUpdate": "usage_update", "used": 1000, "size": 200000, "cost": {"amount": 0.25, "currency": "USD"}},
     {"sessionUpdate": "plan", "entries": []},
@@ -214,24 +216,31 @@ async def seen(instrument: Any, exporter: Any, pair: Any, counter: Any, tmp_path
 # ----------------------------------------------------------------------------------------- the docs
 
 
+def _table_rows() -> Iterator[str]:
+    """The table rows of the reference docs, but those of a "Renamed" section (names no longer emitted)."""
+    for doc in DOCS:
+        heading = ""
+        for line in (ROOT / "docs" / doc).read_text().splitlines():
+            if line.startswith("#"):
+                heading = line.lstrip("#").strip()
+            elif line.startswith("|") and heading != "Renamed":
+                yield line
+
+
 def documented_acp_names() -> set[str]:
     """Every ``acp.*`` name in a table row of the reference docs (the registry of our own namespace)."""
     names: set[str] = set()
-    for doc in DOCS:
-        for line in (ROOT / "docs" / doc).read_text().splitlines():
-            if line.startswith("|"):
-                names.update(re.findall(r"`(acp\.[a-z0-9_.]+)`", line))
+    for line in _table_rows():
+        names.update(re.findall(r"`(acp\.[a-z0-9_.]+)`", line))
     return names
 
 
 def documented_owned_names() -> set[str]:
     """The names in a namespace the conventions own that the first column of a docs table lists."""
     names: set[str] = set()
-    for doc in DOCS:
-        for line in (ROOT / "docs" / doc).read_text().splitlines():
-            if line.startswith("|"):
-                first = line.split("|")[1]
-                names.update(n for n in re.findall(r"`([a-z_]+\.[a-z0-9_.]+)`", first) if n.startswith(OWNED))
+    for line in _table_rows():
+        first = line.split("|")[1]
+        names.update(n for n in re.findall(r"`([a-z_]+\.[a-z0-9_.]+)`", first) if n.startswith(OWNED))
     return names
 
 
@@ -282,6 +291,8 @@ async def test_genai_operations_carry_what_the_conventions_define(seen: Seen) ->
         if operation == "execute_tool" and span.status.status_code.name == "ERROR":
             if attributes.get("error.type") != GENAI["tool_error_type"]:
                 problems.add(f"failed tool span {span.name!r}: error.type {attributes.get('error.type')!r}")
+            if "gen_ai.tool.call.result" in attributes:  # "if any and if execution was successful"
+                problems.add(f"failed tool span {span.name!r}: gen_ai.tool.call.result")
         spec = operations[operation]
         for key in attributes:
             if key.startswith("gen_ai.") and key not in spec["attributes"] and (operation, key) not in BESIDE:
@@ -307,7 +318,7 @@ async def test_genai_durations_are_counted_once(seen: Seen) -> None:
         turns = sum(p.count for p in seen.points.get(f"gen_ai.invoke_agent.duration capture={capture}", []))
         tools = sum(p.count for p in seen.points.get(f"gen_ai.execute_tool.duration capture={capture}", []))
         assert turns == 2, f"two turns ran, gen_ai.invoke_agent.duration counted {turns}"
-        assert tools == 5, f"five tool calls ran, gen_ai.execute_tool.duration counted {tools}"
+        assert tools == 6, f"six tool calls ran, gen_ai.execute_tool.duration counted {tools}"
 
 
 async def test_acp_names_are_the_docs_tables(seen: Seen) -> None:
@@ -323,5 +334,5 @@ async def test_acp_names_are_the_docs_tables(seen: Seen) -> None:
     assert not never, (
         f"documented but not emitted by the run (add it to the run or to NOT_IN_THIS_RUN): {sorted(never)}"
     )
-    stale = set(NOT_IN_THIS_RUN) - documented
-    assert not stale, f"NOT_IN_THIS_RUN names no documented name: {sorted(stale)}"
+    stale = (set(NOT_IN_THIS_RUN) - documented) | (set(NOT_IN_THIS_RUN) & emitted)
+    assert not stale, f"NOT_IN_THIS_RUN names no documented name, or one the run emits: {sorted(stale)}"
