@@ -336,3 +336,19 @@ async def test_acp_names_are_the_docs_tables(seen: Seen) -> None:
     )
     stale = (set(NOT_IN_THIS_RUN) - documented) | (set(NOT_IN_THIS_RUN) & emitted)
     assert not stale, f"NOT_IN_THIS_RUN names no documented name, or one the run emits: {sorted(stale)}"
+
+
+def test_the_lookup_fails_unknown_and_deprecated_names_with_their_replacement() -> None:
+    _skip_unless_pinned()
+    attributes, metrics = _package_registry("attributes"), _package_registry("metrics")
+    assert registry_problem("gen_ai.tool.name", "attributes", attributes) is None
+    assert registry_problem("jsonrpc.protocol.version", "attributes", attributes) is None
+    assert registry_problem("gen_ai.invoke_agent.duration", "metrics", metrics) is None
+    # Unreleased (renamed on the core conventions' main branch after 1.44.0): not yet a name.
+    assert registry_problem("rpc.status_code", "attributes", attributes) == "not defined by the conventions"
+    why = registry_problem("gen_ai.usage.cache_creation.input_tokens", "attributes", attributes)
+    assert why is not None and "gen_ai.usage.cache_write.input_tokens" in why
+    why = registry_problem("rpc.client.duration", "metrics", metrics)
+    assert why is not None and "rpc.client.call.duration" in why
+    why = registry_problem("gen_ai.system", "attributes", attributes)  # moved, and not a GenAI name we pinned
+    assert why is not None and "gen_ai.provider.name" in why
