@@ -125,6 +125,18 @@ def test_proxy_to_agent_environment(tmp_path: Path) -> None:
     assert env["PYTHONPATH"] == os.pathsep.join([site, "/app"])  # the same interpreter: kept
     env = ce.proxy_agent_environment({"OTEL_SERVICE_NAME": "mine"}, ["node", "dist/agent.js"])
     assert env["OTEL_SERVICE_NAME"] == "mine"  # the user's name is kept
+    env = ce.proxy_agent_environment({"OTEL_RESOURCE_ATTRIBUTES": "service.name=mine"}, ["node", "dist/agent.js"])
+    assert "OTEL_SERVICE_NAME" not in env  # also in the resource attributes (OTEL_SERVICE_NAME would win over it)
+    # Exporter names are case-insensitive: CONSOLE is a console exporter too.
+    env = ce.proxy_agent_environment(
+        {"OTEL_TRACES_EXPORTER": "CONSOLE,otlp", "OTEL_METRICS_EXPORTER": " Console ", "OTEL_LOGS_EXPORTER": "console"},
+        ["node", "dist/agent.js"],
+    )
+    assert (env["OTEL_TRACES_EXPORTER"], env["OTEL_METRICS_EXPORTER"], env["OTEL_LOGS_EXPORTER"]) == (
+        "otlp",
+        "none",
+        "none",
+    )
 
 
 # ------------------------------------------------------------------ console exporters and stdout
