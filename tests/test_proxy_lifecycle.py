@@ -4,6 +4,7 @@ exit status, a missing command, and an OTLP endpoint that is down."""
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import subprocess
 import sys
@@ -108,6 +109,42 @@ def test_signals_are_forwarded(tmp_path: Path, signum: int) -> None:
         read_until(proc, b'"ready"')  # the agent has installed its handlers
         proc.send_signal(signum)
         assert proc.wait(20) == 40 + signum  # the agent's own status, after handling the forwarded signal
+        assert marker.read_text().split() == [signal.Signals(signum).name]
+    finally:
+        proc.kill()
+        proc.communicate()
+
+
+def _tgkill() -> Any:
+    """glibc's ``tgkill`` (a signal to one thread of a process), or skip."""
+    import ctypes
+
+    try:
+        return ctypes.CDLL(None, use_errno=True).tgkill
+    except (OSError, AttributeError):
+        pytest.skip("tgkill (Linux, glibc 2.30+) is needed to aim a signal at one thread")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_taken_by_another_thread_is_forwarded(tmp_path: Path, signum: int) -> None:
+    """The kernel may hand a process's signal to any of its threads (here: aimed at one that is not the main
+    thread, as the kernel may choose to): the proxy still forwards it, instead of waiting for ever."""
+    tgkill = _tgkill()
+    send, marker = tmp_path / "send", tmp_path / "signals"
+    send.write_bytes(b'{"jsonrpc":"2.0","method":"ready"}\n')
+    agent = [*RAW_PEER, str(tmp_path / "rec"), str(send), "--trap-signals", str(marker)]
+    proc = start(agent, base_env(OTEL_TRACES_EXPORTER="none"))
+    try:
+        read_until(proc, b'"ready"')  # relayed: the proxy's threads run
+        for _ in range(2000):  # until its main thread sleeps (waiting for the agent: nothing else is left)
+            with open(f"/proc/{proc.pid}/task/{proc.pid}/stat") as stat:
+                if stat.read().rpartition(")")[2].split()[0] == "S":
+                    break
+            time.sleep(0.005)
+        others = [int(t) for t in os.listdir(f"/proc/{proc.pid}/task") if int(t) != proc.pid]
+        assert others, "the proxy has no thread besides its main thread"
+        assert tgkill(proc.pid, others[0], signum) == 0
+        assert proc.wait(20) == 40 + signum  # a liveness bound: without the forward the agent never exits
         assert marker.read_text().split() == [signal.Signals(signum).name]
     finally:
         proc.kill()
