@@ -4,10 +4,12 @@ exit status, a missing command, and an OTLP endpoint that is down."""
 from __future__ import annotations
 
 import asyncio
+import http.server
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -179,6 +181,42 @@ async def test_endpoint_down_changes_nothing_and_exit_is_bounded() -> None:
     # A liveness bound, not a performance claim: the agent's exit plus the 1 s flush bound, with slack
     # for a loaded machine; an unbounded flush would retry the dead endpoint for the exporter's 10 s.
     assert exit_s < 8, exit_s
+
+
+class _Unauthorized(http.server.BaseHTTPRequestHandler):
+    def do_POST(self) -> None:  # noqa: N802 (the http.server API)
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.send_response(401)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_an_endpoint_answering_401_is_named_in_the_one_line(tmp_path: Path) -> None:
+    """A real OTLP/HTTP endpoint that refuses the spans (401, say a missing API key): the line at exit says
+    what it answered, not that it might be a gRPC port."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Unauthorized)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+        env = base_env(
+            OTEL_EXPORTER_OTLP_ENDPOINT=endpoint,
+            OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
+            OTEL_BSP_SCHEDULE_DELAY="50",
+        )
+        send = tmp_path / "send"
+        send.write_bytes(b"")
+        proc = start([*RAW_PEER, str(tmp_path / "rec"), str(send)], env, "--flush-timeout", "10")
+        out, err = proc.communicate(REQUEST, timeout=60)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert proc.returncode == 0 and out == b""
+    (line,) = err.decode().splitlines()
+    assert line.startswith("acp-otel proxy: telemetry: ") and f"not exported to {endpoint}/v1/traces" in line, line
+    assert "it answered HTTP 401" in line and "gRPC" not in line, line
 
 
 async def test_verbose_diagnostics_go_to_stderr_only() -> None:
