@@ -184,7 +184,7 @@ async def test_endpoint_down_changes_nothing_and_exit_is_bounded() -> None:
 
 
 class _Unauthorized(http.server.BaseHTTPRequestHandler):
-    def do_POST(self) -> None:  # noqa: N802 (the http.server API)
+    def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
         self.send_response(401)
         self.send_header("Content-Length", "0")

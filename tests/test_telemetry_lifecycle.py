@@ -143,9 +143,11 @@ def test_proxy_to_agent_environment(tmp_path: Path) -> None:
 
 
 @EXAMPLES_IMPORT
-async def test_console_exporters_never_reach_a_stdio_agents_stdout() -> None:
+@pytest.mark.parametrize("stdio", ["pipes", "sockets"])
+async def test_console_exporters_never_reach_a_stdio_agents_stdout(stdio: str) -> None:
     """A zero-code agent told to export spans and metrics to the console: every byte on its stdout is
-    protocol, and the spans appear on its stderr instead (not lost)."""
+    protocol, and the spans appear on its stderr instead (not lost). Over pipes, and over a socket as Node
+    (libuv) editors give their children (acpx, any Node-based editor)."""
     from acp import ClientSideConnection
 
     sys.path.insert(0, str(REPO / "examples"))
@@ -160,29 +162,40 @@ async def test_console_exporters_never_reach_a_stdio_agents_stdout() -> None:
         OTEL_BSP_SCHEDULE_DELAY="50",
         OTEL_METRIC_EXPORT_INTERVAL="100",
     )
-    proc = await asyncio.create_subprocess_exec(
-        INSTRUMENT,
-        sys.executable,
-        EXAMPLE_AGENT,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=env,
-    )
-    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    command = [INSTRUMENT, sys.executable, EXAMPLE_AGENT]
+    agent_out: asyncio.StreamReader
+    agent_in: asyncio.StreamWriter
+    kept: list[Any] = []
+    if stdio == "pipes":
+        pipe = asyncio.subprocess.PIPE
+        proc = await asyncio.create_subprocess_exec(*command, stdin=pipe, stdout=pipe, stderr=pipe, env=env)
+        assert proc.stdin is not None and proc.stdout is not None
+        agent_in, agent_out = proc.stdin, proc.stdout
+    else:
+        # As libuv does: a socket pair for each of the child's stdin and stdout.
+        in_ours, in_theirs = socket.socketpair()
+        out_ours, out_theirs = socket.socketpair()
+        with in_theirs, out_theirs:
+            proc = await asyncio.create_subprocess_exec(
+                *command, stdin=in_theirs, stdout=out_theirs, stderr=asyncio.subprocess.PIPE, env=env
+            )
+        # Both halves kept: a StreamWriter that is collected closes its socket.
+        agent_out, out_writer = await asyncio.open_connection(sock=out_ours, limit=2**24)
+        in_reader, agent_in = await asyncio.open_connection(sock=in_ours)
+        kept.extend([out_writer, in_reader])
+    assert proc.stderr is not None
     raw = bytearray()
     reader = asyncio.StreamReader(limit=2**24)
 
     async def tee() -> None:
-        assert proc.stdout is not None
-        while chunk := await proc.stdout.read(65536):
+        while chunk := await agent_out.read(65536):
             raw.extend(chunk)
             reader.feed_data(chunk)
         reader.feed_eof()
 
     stderr_task = asyncio.ensure_future(proc.stderr.read())
     tee_task = asyncio.ensure_future(tee())
-    conn = ClientSideConnection(lambda _c: example_client.ExampleClient(), proc.stdin, reader)
+    conn = ClientSideConnection(lambda _c: example_client.ExampleClient(), agent_in, reader)
     from acp import PROTOCOL_VERSION
     from acp.schema import TextContentBlock
 
@@ -192,12 +205,17 @@ async def test_console_exporters_never_reach_a_stdio_agents_stdout() -> None:
         conn.prompt(session_id=session.session_id, prompt=[TextContentBlock(type="text", text="hi")]), 30
     )
     await asyncio.sleep(0.5)  # a few schedule delays and metric intervals while connected
-    proc.stdin.close()
+    if stdio == "pipes":
+        agent_in.close()
+    else:
+        agent_in.write_eof()  # the agent's end of input; its output may still come
     await asyncio.wait_for(proc.wait(), 30)
     await asyncio.wait_for(tee_task, 10)
     stderr = (await asyncio.wait_for(stderr_task, 10)).decode("utf-8", "replace")
     with contextlib.suppress(Exception):
         await conn.close()
+    for writer in [agent_in, *(w for w in kept if isinstance(w, asyncio.StreamWriter))]:
+        writer.close()
 
     lines = bytes(raw).split(b"\n")
     assert lines[-1] == b""
