@@ -35,6 +35,14 @@ INSTRUMENT = str(BIN / "opentelemetry-instrument")
 PROXY_LINE = re.compile(r"^acp-otel proxy: ", re.MULTILINE)
 
 
+def _console_script() -> str:
+    """The ``acp-otel`` console script of this environment (beside ``sys.executable``); fails when it is missing
+    (``scripts/test.sh`` does not put the environment's bin on PATH: a bare ``acp-otel`` would name nothing)."""
+    script = BIN / "acp-otel"
+    assert script.is_file(), f"{script} is missing: install the package into this environment (pip install -e .)"
+    return str(script)
+
+
 # ------------------------------------------------------------------ service names and environments
 
 
@@ -82,7 +90,10 @@ def test_sitecustomize_only_reaches_the_same_interpreter_and_environment(tmp_pat
     script.write_text(f"#!{sys.executable}\nprint(1)\n")
     script.chmod(0o755)
     assert ce.sitecustomize_belongs(str(script), [], sys.executable)  # a console script of this environment
-    assert not ce.sitecustomize_belongs("acp-otel", ["proxy", "--", sys.executable, "a.py"], sys.executable)
+    # The proxy is a console script of this very environment: without the proxy check it would get it.
+    acp_otel = _console_script()
+    assert ce.sitecustomize_belongs(acp_otel, ["demo"], sys.executable)
+    assert not ce.sitecustomize_belongs(acp_otel, ["proxy", "--", sys.executable, "a.py"], sys.executable)
     assert not ce.sitecustomize_belongs("node", ["agent.js"], sys.executable)
     other = _other_python()
     if other is not None:
@@ -105,7 +116,10 @@ def test_editor_to_child_environment() -> None:
     assert env["OTEL_TRACES_EXPORTER"] == "otlp" and env["OTEL_METRICS_EXPORTER"] == "none"
     assert env["OTEL_SERVICE_NAME"] == "agent" and env["PYTHONPATH"] == site
     # The proxy: no sitecustomize, no service name (it names itself and its agent).
-    env = child_environment("acp-otel", ["proxy", "--", sys.executable, "agent.py"], None, parent, {}, site)
+    acp_otel = _console_script()  # of this environment: sitecustomize would belong to it, but for the proxy check
+    env = child_environment(acp_otel, ["demo"], None, parent, {}, site)
+    assert env["PYTHONPATH"] == site
+    env = child_environment(acp_otel, ["proxy", "--", sys.executable, "agent.py"], None, parent, {}, site)
     assert "PYTHONPATH" not in env and "OTEL_SERVICE_NAME" not in env
     # An agent on another interpreter: no sitecustomize.
     env = child_environment("node", ["agent.js"], None, parent, {}, site)
