@@ -5,6 +5,8 @@
     nox -s prerelease_zero_code  # opentelemetry-instrument traces the NEXT pre-release under packaging 25
     nox -s floors      # the whole suite on the oldest versions pyproject.toml allows (OpenTelemetry, wrapt)
     nox -s random_order  # the whole suite once in a shuffled order (pytest-randomly, fixed seed)
+    nox -s mutation    # mutation testing of the engine and the proxy's process and telemetry (mutmut; slow,
+                       # not in the default sessions nor in .ci/run: before a release, when those modules change)
     nox                # all of the above (what scripts/matrix.sh runs)
 
 One pair: ``nox -s "matrix(python='3.12', sdk='1.0.0rc3')"``; list them with ``nox -l``.
@@ -267,3 +269,21 @@ def random_order(session: nox.Session) -> None:
         f"--randomly-seed={RANDOM_ORDER_SEED}",
         *session.posargs,
     )
+
+
+# ---------------------------------------------------------------------------------------------- mutation
+MUTMUT = "mutmut==3.8.1"
+MUTATION_PYTHON = "3.11"
+
+
+@nox.session(python=MUTATION_PYTHON)  # not in nox.options.sessions: never run by default
+def mutation(session: nox.Session) -> None:
+    """Mutation testing (mutmut; the modules and tests are in pyproject.toml's ``[tool.mutmut]``).
+
+    Arguments after ``--`` select mutants (``nox -s mutation -- "acp_otel._usage*"``); mutmut remembers what it
+    has run in ``mutants/`` and goes on from there. The score and the verdicts on surviving mutants are kept
+    in CONTRIBUTING.md ("Mutation testing").
+    """
+    session.install(".[test]", f"agent-client-protocol=={LATEST}", MUTMUT)
+    session.run("mutmut", "run", *session.posargs)
+    session.run("mutmut", "results")

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,6 +16,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 from spans import SpanCounter, one, parent_of, span_id
 
+from acp_otel import _semconv as sc
 from acp_otel._engine import Engine
 from acp_otel._settings import load_settings
 
@@ -170,3 +172,63 @@ def test_propagation_keys_and_tool_spans_option(spans: Any) -> None:
     engine.begin_outgoing(peer, "session/update", _update(TOOL), is_request=False, sender_traced=False)
     engine.end_result(prompt, {"stopReason": "end_turn"})
     assert not [s for s in exporter.get_finished_spans() if s.name.startswith("execute_tool")]
+
+
+def _v2_turn(engine: Engine, peer: Peer) -> None:
+    """A v2 connection (learned from initialize), a prompt accepted, a chunk streamed."""
+    init, _ = engine.begin_outgoing(peer, "initialize", {"protocolVersion": 2}, 0, parent=Context())
+    engine.end_result(init, {"protocolVersion": 2, "agentCapabilities": {}, "agentInfo": {"name": "a"}})
+    params = {"sessionId": "s", "prompt": [{"type": "text", "text": "q"}]}
+    accepted, _ = engine.begin_outgoing(peer, "session/prompt", params, 1, parent=Context())
+    engine.end_result(accepted, {})
+    chunk = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "partial"}}
+    engine.begin_outgoing(peer, "session/update", _update(chunk), is_request=False, sender_traced=False)
+
+
+@pytest.mark.parametrize("closed", [True, False], ids=["connection-closed", "idle"])
+def test_a_v2_turn_cut_off_by_the_connection_finishes_with_an_error(spans: Any, closed: bool) -> None:
+    exporter, counter, provider = spans
+    engine = _engine(provider, capture_content=True)
+    peer = Peer()
+    _v2_turn(engine, peer)
+    if closed:
+        engine.close_peer(peer)
+    else:
+        idle = {"sessionUpdate": sc.V2_STATE_UPDATE, "state": "idle", "stopReason": "end_turn"}
+        engine.begin_outgoing(peer, "session/update", _update(idle), is_request=False, sender_traced=False)
+    assert not counter.open
+    turn = one(exporter.get_finished_spans(), f"{sc.ACP_TURN_SPAN_NAME} a", SpanKind.INTERNAL)
+    (message,) = json.loads(turn.attributes[sc.GEN_AI_OUTPUT_MESSAGES])
+    assert message["parts"] == [{"type": "text", "content": "partial"}]
+    assert message["finish_reason"] == ("error" if closed else sc.FINISH_REASONS["end_turn"])
+    assert (turn.attributes.get(sc.ACP_TURN_ENDED_BY) is not None) is closed
+
+
+def test_each_kind_of_prompt_part_in_the_input_messages(spans: Any) -> None:
+    """Capture on: every ACP content block of a prompt becomes the GenAI part of its kind and modality."""
+    exporter, _counter, provider = spans
+    engine = _engine(provider, capture_content=True)
+    blocks = [
+        {"type": "text", "text": "look"},
+        {"type": "image", "data": "aW1n", "mimeType": "image/png"},
+        {"type": "audio", "data": "YXVk", "mimeType": "audio/wav"},
+        {"type": "resource_link", "uri": "file:///a.mp4", "name": "a", "mimeType": "video/mp4"},
+        {"type": "resource", "resource": {"uri": "file:///n.txt", "text": "notes"}},
+        {"type": "resource", "resource": {"uri": "file:///b.pdf", "blob": "cGRm", "mimeType": "application/pdf"}},
+    ]
+    prompt, _ = engine.begin_outgoing(
+        Peer(), "session/prompt", {"sessionId": "s", "prompt": blocks}, 1, parent=Context()
+    )
+    engine.end_result(prompt, {"stopReason": "end_turn"})
+    turn = one(exporter.get_finished_spans(), "session/prompt", SpanKind.CLIENT)
+    (message,) = json.loads(turn.attributes[sc.GEN_AI_INPUT_MESSAGES])
+    assert message["role"] == "user"
+    assert message["parts"] == [
+        {"type": "text", "content": "look"},
+        {"type": "blob", "modality": "image", "content": "aW1n", "mime_type": "image/png"},
+        {"type": "blob", "modality": "audio", "content": "YXVk", "mime_type": "audio/wav"},
+        {"type": "uri", "modality": "video", "uri": "file:///a.mp4", "mime_type": "video/mp4"},
+        {"type": "text", "content": "notes"},
+        {"type": "blob", "modality": "document", "content": "cGRm", "mime_type": "application/pdf"},
+    ]
+    assert turn.attributes[sc.INPUT_VALUE] == "look\nnotes"

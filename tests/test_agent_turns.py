@@ -230,6 +230,21 @@ async def test_all_mode_keeps_update_spans_and_tool_spans(
     assert one(spans, "session/prompt", S).attributes["acp.turn.agent_message_chunk.count"] == 1
 
 
+async def test_tool_spans_on_both_sides_a_received_update_stays_under_its_senders_span(
+    instrument: Any, exporter: Any, pair: Any, counter: Any
+) -> None:
+    """``tool_spans=always``: the client makes a tool span of its own too, but an update that arrived with the
+    agent's context stays that context's child (the client's tool span is not its parent)."""
+    instrument(tool_spans="always", notification_spans="all")
+    await _run(pair, ScriptAgent([_tool("t"), _tool_update("t", "completed")]), counter)
+    spans = exporter.get_finished_spans()
+    producers = {s.attributes["acp.tool_call.status"]: s for s in find(spans, "session/update", P)}
+    consumers = {s.attributes["acp.tool_call.status"]: s for s in find(spans, "session/update", N)}
+    assert set(producers) == set(consumers) == {"pending", "completed"}
+    for status, consumer in consumers.items():
+        assert parent_of(consumer) == span_id(producers[status]), status
+
+
 async def test_updates_outside_a_turn_keep_their_spans(instrument: Any, exporter: Any, pair: Any) -> None:
     p = await pair(TraceAgent(), TraceClient())
     session_id = await open_session(p.client_conn)

@@ -19,6 +19,7 @@ from opentelemetry.trace import SpanKind
 from spans import wait_spans_closed
 from test_agent_turns import ScriptAgent
 
+from acp_otel import _semconv as sc
 from acp_otel._engine import Engine
 from acp_otel._settings import load_settings
 
@@ -155,6 +156,99 @@ async def test_traced_editor_behind_the_proxy_untraced_agent(instrument: Any, ex
     assert proxy_turn.attributes["gen_ai.usage.input_tokens"] == 120
     (editor_turn,) = _turns(exporter.get_finished_spans(), C)
     assert _usage(editor_turn) == {}
+
+
+def _cost_update(amount: float) -> dict[str, Any]:
+    return {"sessionUpdate": "usage_update", "used": 10, "size": 100, "cost": {"amount": amount, "currency": "USD"}}
+
+
+async def test_a_turn_with_several_usage_updates_costs_their_sum(
+    instrument: Any, meter_provider: MeterProvider, reader: InMemoryMetricReader, exporter: Any, pair: Any, counter: Any
+) -> None:
+    """Copilot CLI sends a usage_update before each model call: the turn costs the whole change of the session's
+    cumulative cost over the turn, not its last step."""
+    instrument(meter_provider=meter_provider)
+    await _prompts(pair, counter, ScriptAgent([_cost_update(0.5), _cost_update(1.25), _cost_update(2.0)]), ["hi"])
+    (turn,) = _turns(exporter.get_finished_spans(), S)
+    assert turn.attributes[sc.ACP_USAGE_COST_AMOUNT] == 2.0
+    (cost,) = _points(reader)[sc.METRIC_TURN_COST]
+    assert cost.value == pytest.approx(2.0)
+
+
+class QuietSecondTurnAgent(TraceAgent):
+    """A traced agent whose first turn streams an update and whose second sends none; both return usage."""
+
+    turns = 0
+
+    async def prompt(self, prompt: Any, session_id: str, **kwargs: Any) -> dict[str, Any]:
+        self.turns += 1
+        if self.turns == 1:
+            await self.conn._conn.send_notification(
+                "session/update", {"sessionId": session_id, "update": _cost_update(0.0)}
+            )
+            await self.conn.read_text_file(session_id=session_id, path="/tmp/usage.txt")  # see UsageAgent
+        return {"stopReason": "end_turn", "usage": {"inputTokens": 120, "outputTokens": 34}}
+
+
+async def test_a_turn_without_updates_after_the_agent_proved_traced_reports_usage_once(
+    instrument: Any, meter_provider: MeterProvider, reader: InMemoryMetricReader, exporter: Any, pair: Any, counter: Any
+) -> None:
+    """The connection already knows the agent traces itself: a turn with no update (nothing to tell it again)
+    still leaves usage to the agent's side."""
+    instrument(meter_provider=meter_provider)
+    await _prompts(pair, counter, QuietSecondTurnAgent(), ["one", "two"])
+    spans = exporter.get_finished_spans()
+    assert [_usage(s).get(sc.GEN_AI_USAGE_INPUT_TOKENS) for s in _turns(spans, S)] == [120, 120]
+    assert [_usage(s) for s in _turns(spans, C)] == [{}, {}]
+    (inputs,) = _points(reader)[sc.METRIC_TURN_INPUT_TOKENS]
+    assert inputs.value == 240  # each turn counted once
+
+
+class BoundsAgent(TraceAgent):
+    """Each turn sends the usage_updates the test gives for it, and usage with zero input tokens."""
+
+    def __init__(self, turns: list[list[dict[str, Any]]]) -> None:
+        super().__init__()
+        self.turns = turns
+
+    async def prompt(self, prompt: Any, session_id: str, **kwargs: Any) -> dict[str, Any]:
+        for update in self.turns.pop(0):
+            await self.conn._conn.send_notification("session/update", {"sessionId": session_id, "update": update})
+        await self.conn.read_text_file(session_id=session_id, path="/tmp/usage.txt")  # see UsageAgent
+        return {"stopReason": "end_turn", "usage": {"inputTokens": 0, "outputTokens": 7}}
+
+
+async def test_usage_values_at_their_bounds(
+    instrument: Any, meter_provider: MeterProvider, reader: InMemoryMetricReader, exporter: Any, pair: Any, counter: Any
+) -> None:
+    """Zero is a figure, 2**63 is not; an integer cost; currencies of 1 and 16 characters; the largest cost; the
+    same cumulative cost twice (nothing spent, not a reset); another currency in the middle of a turn."""
+    instrument(meter_provider=meter_provider)
+    long_currency = "X" * 16
+
+    def update(amount: Any, currency: str = long_currency, **window: int) -> dict[str, Any]:
+        return {"sessionUpdate": "usage_update", **window, "cost": {"amount": amount, "currency": currency}}
+
+    turns = [
+        [update(0.0, used=0, size=0)],
+        [update(1, used=2**63, size=2**63), update(1)],
+        [update(2), update(1e12, "E")],
+    ]
+    await _prompts(pair, counter, BoundsAgent(turns), ["one", "two", "three"])
+    first, second, third = (_usage(s) for s in _turns(exporter.get_finished_spans(), S))
+    assert first == {
+        sc.ACP_USAGE_CONTEXT_USED: 0,
+        sc.ACP_USAGE_CONTEXT_SIZE: 0,
+        sc.ACP_USAGE_COST_AMOUNT: 0.0,
+        sc.ACP_USAGE_COST_CURRENCY: long_currency,
+        sc.GEN_AI_USAGE_INPUT_TOKENS: 0,
+        sc.GEN_AI_USAGE_OUTPUT_TOKENS: 7,
+    }
+    assert sc.ACP_USAGE_CONTEXT_USED not in second and sc.ACP_USAGE_CONTEXT_SIZE not in second
+    assert (second[sc.ACP_USAGE_COST_AMOUNT], second[sc.ACP_USAGE_COST_CURRENCY]) == (1.0, long_currency)
+    assert (third[sc.ACP_USAGE_COST_AMOUNT], third[sc.ACP_USAGE_COST_CURRENCY]) == (1e12, "E")
+    (outputs,) = _points(reader)[sc.METRIC_TURN_OUTPUT_TOKENS]
+    assert outputs.value == 21 and dict(outputs.attributes) == {sc.GEN_AI_AGENT_NAME: "test-agent"}
 
 
 HOSTILE = [

@@ -10,6 +10,7 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import TracerProvider
 
 from acp_otel import _propagation
+from acp_otel import _semconv as sc
 from acp_otel._metrics import Instruments
 from acp_otel._settings import load_settings
 
@@ -253,9 +254,15 @@ def test_start_attributes_cached_per_connection_follow_what_initialize_teaches()
     for request_id in (2, 3):  # built once, then from the cache: the same attributes, each its own id
         later, _ = engine.begin_outgoing(client, "_x.dev/ping", {"sessionId": "s"}, request_id)
         engine.end_result(later, {})
-    first, _, second, third = (dict(s.attributes) for s in exporter.get_finished_spans())
+    # A fact learned later without a new protocol version (a remote transport's connection id): it reaches the
+    # next span although the start attributes are cached by now.
+    engine.note_connection_facts(client, {sc.ACP_CONNECTION_ID: "conn-1"})
+    last, _ = engine.begin_outgoing(client, "_x.dev/ping", {"sessionId": "s"}, 4)
+    engine.end_result(last, {})
+    first, _, second, third, fourth = (dict(s.attributes) for s in exporter.get_finished_spans())
     assert "gen_ai.agent.name" not in first
-    assert second["gen_ai.agent.name"] == third["gen_ai.agent.name"] == "agent"
+    assert second["gen_ai.agent.name"] == third["gen_ai.agent.name"] == fourth["gen_ai.agent.name"] == "agent"
+    assert sc.ACP_CONNECTION_ID not in third and fourth[sc.ACP_CONNECTION_ID] == "conn-1"
     assert (second["jsonrpc.request.id"], third["jsonrpc.request.id"]) == ("2", "3")
     assert {k: v for k, v in second.items() if k != "jsonrpc.request.id"} == {
         k: v for k, v in third.items() if k != "jsonrpc.request.id"

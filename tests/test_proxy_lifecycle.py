@@ -4,9 +4,12 @@ exit status, a missing command, and an OTLP endpoint that is down."""
 from __future__ import annotations
 
 import asyncio
+import http.server
+import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -114,6 +117,42 @@ def test_signals_are_forwarded(tmp_path: Path, signum: int) -> None:
         proc.communicate()
 
 
+def _tgkill() -> Any:
+    """glibc's ``tgkill`` (a signal to one thread of a process), or skip."""
+    import ctypes
+
+    try:
+        return ctypes.CDLL(None, use_errno=True).tgkill
+    except (OSError, AttributeError):
+        pytest.skip("tgkill (Linux, glibc 2.30+) is needed to aim a signal at one thread")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_taken_by_another_thread_is_forwarded(tmp_path: Path, signum: int) -> None:
+    """The kernel may hand a process's signal to any of its threads (here: aimed at one that is not the main
+    thread, as the kernel may choose to): the proxy still forwards it, instead of waiting for ever."""
+    tgkill = _tgkill()
+    send, marker = tmp_path / "send", tmp_path / "signals"
+    send.write_bytes(b'{"jsonrpc":"2.0","method":"ready"}\n')
+    agent = [*RAW_PEER, str(tmp_path / "rec"), str(send), "--trap-signals", str(marker)]
+    proc = start(agent, base_env(OTEL_TRACES_EXPORTER="none"))
+    try:
+        read_until(proc, b'"ready"')  # relayed: the proxy's threads run
+        for _ in range(2000):  # until its main thread sleeps (waiting for the agent: nothing else is left)
+            with open(f"/proc/{proc.pid}/task/{proc.pid}/stat") as stat:
+                if stat.read().rpartition(")")[2].split()[0] == "S":
+                    break
+            time.sleep(0.005)
+        others = [int(t) for t in os.listdir(f"/proc/{proc.pid}/task") if int(t) != proc.pid]
+        assert others, "the proxy has no thread besides its main thread"
+        assert tgkill(proc.pid, others[0], signum) == 0
+        assert proc.wait(20) == 40 + signum  # a liveness bound: without the forward the agent never exits
+        assert marker.read_text().split() == [signal.Signals(signum).name]
+    finally:
+        proc.kill()
+        proc.communicate()
+
+
 def test_command_not_found_is_127_with_one_line() -> None:
     proc = start(["no-such-agent-command-xyz", "--flag"], base_env())
     out, err = proc.communicate(b"", timeout=30)
@@ -142,6 +181,42 @@ async def test_endpoint_down_changes_nothing_and_exit_is_bounded() -> None:
     # A liveness bound, not a performance claim: the agent's exit plus the 1 s flush bound, with slack
     # for a loaded machine; an unbounded flush would retry the dead endpoint for the exporter's 10 s.
     assert exit_s < 8, exit_s
+
+
+class _Unauthorized(http.server.BaseHTTPRequestHandler):
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.send_response(401)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_an_endpoint_answering_401_is_named_in_the_one_line(tmp_path: Path) -> None:
+    """A real OTLP/HTTP endpoint that refuses the spans (401, say a missing API key): the line at exit says
+    what it answered, not that it might be a gRPC port."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Unauthorized)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+        env = base_env(
+            OTEL_EXPORTER_OTLP_ENDPOINT=endpoint,
+            OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
+            OTEL_BSP_SCHEDULE_DELAY="50",
+        )
+        send = tmp_path / "send"
+        send.write_bytes(b"")
+        proc = start([*RAW_PEER, str(tmp_path / "rec"), str(send)], env, "--flush-timeout", "10")
+        out, err = proc.communicate(REQUEST, timeout=60)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert proc.returncode == 0 and out == b""
+    (line,) = err.decode().splitlines()
+    assert line.startswith("acp-otel proxy: telemetry: ") and f"not exported to {endpoint}/v1/traces" in line, line
+    assert "it answered HTTP 401" in line and "gRPC" not in line, line
 
 
 async def test_verbose_diagnostics_go_to_stderr_only() -> None:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from acp_app import open_session, prompt
-from harness import PY_AGENT, base_env, proxied_client
+from harness import PROXY, PY_AGENT, base_env, proxied_client
 from otlp_sink import OtlpSink
 
 from acp_otel._proxy import telemetry
@@ -76,3 +79,27 @@ async def test_proxy_exports_the_engines_metrics() -> None:
             await prompt(run.conn, session_id, "hello")
         assert run.returncode == 0
         assert any(service == "proxy" for service, _ in sink.metrics), sink.metrics
+
+
+@pytest.mark.e2e
+def test_a_service_name_in_the_resource_attributes_is_kept_by_the_proxy_and_its_agent(tmp_path: Path) -> None:
+    """``OTEL_RESOURCE_ATTRIBUTES=service.name=...`` names the proxy's spans, and the agent gets no name derived
+    from its command (its ``OTEL_SERVICE_NAME`` would win over the user's attribute)."""
+    seen = tmp_path / "agent-service-name"
+    code = (
+        "import os, sys; sys.stdin.readline(); open(sys.argv[1], 'w').write(os.environ.get('OTEL_SERVICE_NAME', '-'))"
+    )
+    request = b'{"jsonrpc":"2.0","id":1,"method":"session/prompt","params":{"sessionId":"s","prompt":[]}}\n'
+    with OtlpSink() as sink:
+        env = base_env(**sink.env(), OTEL_RESOURCE_ATTRIBUTES="service.name=mine,deployment.environment=test")
+        done = subprocess.run(
+            [*PROXY, "--", sys.executable, "-c", code, str(seen)],
+            input=request,
+            capture_output=True,
+            env=env,
+            timeout=60,
+        )
+        assert done.returncode == 0 and done.stderr == b"", done.stderr
+        spans = sink.wait_for(lambda s: any(x.attributes.get("acp.method.name") == "session/prompt" for x in s))
+    assert {s.service for s in spans} == {"mine"}
+    assert seen.read_text() == "-"

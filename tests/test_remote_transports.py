@@ -198,6 +198,11 @@ def test_websocket_frames_go_under_the_span_of_the_message_they_carry(tmp_path: 
 @pytest.mark.parametrize("transport", ["http", "ws"])
 def test_spans_name_their_connection_and_peer(tmp_path: Path, transport: str) -> None:
     r = run(tmp_path, "turns", transport)
+    # Request spans are released once answered (kept, they would grow with every request of the connection):
+    # the client holds none after its turns, the agent at most the prompt in progress.
+    assert r.out["held_server_spans"] == 0
+    held = json.loads((tmp_path / "agent.jsonl.held").read_text())
+    assert len(held) == 2 and max(held) <= 1, held
     protocol = "websocket" if transport == "ws" else "http"
     ids = {
         s["attributes"].get("acp.connection.id") for s in r.acp("client") + r.acp("agent") if s["kind"] != "INTERNAL"

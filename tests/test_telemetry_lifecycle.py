@@ -35,6 +35,14 @@ INSTRUMENT = str(BIN / "opentelemetry-instrument")
 PROXY_LINE = re.compile(r"^acp-otel proxy: ", re.MULTILINE)
 
 
+def _console_script() -> str:
+    """The ``acp-otel`` console script of this environment (beside ``sys.executable``); fails when it is missing
+    (``scripts/test.sh`` does not put the environment's bin on PATH: a bare ``acp-otel`` would name nothing)."""
+    script = BIN / "acp-otel"
+    assert script.is_file(), f"{script} is missing: install the package into this environment (pip install -e .)"
+    return str(script)
+
+
 # ------------------------------------------------------------------ service names and environments
 
 
@@ -82,7 +90,10 @@ def test_sitecustomize_only_reaches_the_same_interpreter_and_environment(tmp_pat
     script.write_text(f"#!{sys.executable}\nprint(1)\n")
     script.chmod(0o755)
     assert ce.sitecustomize_belongs(str(script), [], sys.executable)  # a console script of this environment
-    assert not ce.sitecustomize_belongs("acp-otel", ["proxy", "--", sys.executable, "a.py"], sys.executable)
+    # The proxy is a console script of this very environment: without the proxy check it would get it.
+    acp_otel = _console_script()
+    assert ce.sitecustomize_belongs(acp_otel, ["demo"], sys.executable)
+    assert not ce.sitecustomize_belongs(acp_otel, ["proxy", "--", sys.executable, "a.py"], sys.executable)
     assert not ce.sitecustomize_belongs("node", ["agent.js"], sys.executable)
     other = _other_python()
     if other is not None:
@@ -105,7 +116,10 @@ def test_editor_to_child_environment() -> None:
     assert env["OTEL_TRACES_EXPORTER"] == "otlp" and env["OTEL_METRICS_EXPORTER"] == "none"
     assert env["OTEL_SERVICE_NAME"] == "agent" and env["PYTHONPATH"] == site
     # The proxy: no sitecustomize, no service name (it names itself and its agent).
-    env = child_environment("acp-otel", ["proxy", "--", sys.executable, "agent.py"], None, parent, {}, site)
+    acp_otel = _console_script()  # of this environment: sitecustomize would belong to it, but for the proxy check
+    env = child_environment(acp_otel, ["demo"], None, parent, {}, site)
+    assert env["PYTHONPATH"] == site
+    env = child_environment(acp_otel, ["proxy", "--", sys.executable, "agent.py"], None, parent, {}, site)
     assert "PYTHONPATH" not in env and "OTEL_SERVICE_NAME" not in env
     # An agent on another interpreter: no sitecustomize.
     env = child_environment("node", ["agent.js"], None, parent, {}, site)
@@ -125,15 +139,29 @@ def test_proxy_to_agent_environment(tmp_path: Path) -> None:
     assert env["PYTHONPATH"] == os.pathsep.join([site, "/app"])  # the same interpreter: kept
     env = ce.proxy_agent_environment({"OTEL_SERVICE_NAME": "mine"}, ["node", "dist/agent.js"])
     assert env["OTEL_SERVICE_NAME"] == "mine"  # the user's name is kept
+    env = ce.proxy_agent_environment({"OTEL_RESOURCE_ATTRIBUTES": "service.name=mine"}, ["node", "dist/agent.js"])
+    assert "OTEL_SERVICE_NAME" not in env  # also in the resource attributes (OTEL_SERVICE_NAME would win over it)
+    # Exporter names are case-insensitive: CONSOLE is a console exporter too.
+    env = ce.proxy_agent_environment(
+        {"OTEL_TRACES_EXPORTER": "CONSOLE,otlp", "OTEL_METRICS_EXPORTER": " Console ", "OTEL_LOGS_EXPORTER": "console"},
+        ["node", "dist/agent.js"],
+    )
+    assert (env["OTEL_TRACES_EXPORTER"], env["OTEL_METRICS_EXPORTER"], env["OTEL_LOGS_EXPORTER"]) == (
+        "otlp",
+        "none",
+        "none",
+    )
 
 
 # ------------------------------------------------------------------ console exporters and stdout
 
 
 @EXAMPLES_IMPORT
-async def test_console_exporters_never_reach_a_stdio_agents_stdout() -> None:
+@pytest.mark.parametrize("stdio", ["pipes", "sockets"])
+async def test_console_exporters_never_reach_a_stdio_agents_stdout(stdio: str) -> None:
     """A zero-code agent told to export spans and metrics to the console: every byte on its stdout is
-    protocol, and the spans appear on its stderr instead (not lost)."""
+    protocol, and the spans appear on its stderr instead (not lost). Over pipes, and over a socket as Node
+    (libuv) editors give their children (acpx, any Node-based editor)."""
     from acp import ClientSideConnection
 
     sys.path.insert(0, str(REPO / "examples"))
@@ -148,29 +176,40 @@ async def test_console_exporters_never_reach_a_stdio_agents_stdout() -> None:
         OTEL_BSP_SCHEDULE_DELAY="50",
         OTEL_METRIC_EXPORT_INTERVAL="100",
     )
-    proc = await asyncio.create_subprocess_exec(
-        INSTRUMENT,
-        sys.executable,
-        EXAMPLE_AGENT,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=env,
-    )
-    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    command = [INSTRUMENT, sys.executable, EXAMPLE_AGENT]
+    agent_out: asyncio.StreamReader
+    agent_in: asyncio.StreamWriter
+    kept: list[Any] = []
+    if stdio == "pipes":
+        pipe = asyncio.subprocess.PIPE
+        proc = await asyncio.create_subprocess_exec(*command, stdin=pipe, stdout=pipe, stderr=pipe, env=env)
+        assert proc.stdin is not None and proc.stdout is not None
+        agent_in, agent_out = proc.stdin, proc.stdout
+    else:
+        # As libuv does: a socket pair for each of the child's stdin and stdout.
+        in_ours, in_theirs = socket.socketpair()
+        out_ours, out_theirs = socket.socketpair()
+        with in_theirs, out_theirs:
+            proc = await asyncio.create_subprocess_exec(
+                *command, stdin=in_theirs, stdout=out_theirs, stderr=asyncio.subprocess.PIPE, env=env
+            )
+        # Both halves kept: a StreamWriter that is collected closes its socket.
+        agent_out, out_writer = await asyncio.open_connection(sock=out_ours, limit=2**24)
+        in_reader, agent_in = await asyncio.open_connection(sock=in_ours)
+        kept.extend([out_writer, in_reader])
+    assert proc.stderr is not None
     raw = bytearray()
     reader = asyncio.StreamReader(limit=2**24)
 
     async def tee() -> None:
-        assert proc.stdout is not None
-        while chunk := await proc.stdout.read(65536):
+        while chunk := await agent_out.read(65536):
             raw.extend(chunk)
             reader.feed_data(chunk)
         reader.feed_eof()
 
     stderr_task = asyncio.ensure_future(proc.stderr.read())
     tee_task = asyncio.ensure_future(tee())
-    conn = ClientSideConnection(lambda _c: example_client.ExampleClient(), proc.stdin, reader)
+    conn = ClientSideConnection(lambda _c: example_client.ExampleClient(), agent_in, reader)
     from acp import PROTOCOL_VERSION
     from acp.schema import TextContentBlock
 
@@ -180,12 +219,17 @@ async def test_console_exporters_never_reach_a_stdio_agents_stdout() -> None:
         conn.prompt(session_id=session.session_id, prompt=[TextContentBlock(type="text", text="hi")]), 30
     )
     await asyncio.sleep(0.5)  # a few schedule delays and metric intervals while connected
-    proc.stdin.close()
+    if stdio == "pipes":
+        agent_in.close()
+    else:
+        agent_in.write_eof()  # the agent's end of input; its output may still come
     await asyncio.wait_for(proc.wait(), 30)
     await asyncio.wait_for(tee_task, 10)
     stderr = (await asyncio.wait_for(stderr_task, 10)).decode("utf-8", "replace")
     with contextlib.suppress(Exception):
         await conn.close()
+    for writer in [agent_in, *(w for w in kept if isinstance(w, asyncio.StreamWriter))]:
+        writer.close()
 
     lines = bytes(raw).split(b"\n")
     assert lines[-1] == b""

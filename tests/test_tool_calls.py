@@ -219,6 +219,7 @@ async def test_tool_names_from_titles_option(
         *TOOL_SCRIPTS["kimi"],  # ReadFile then "ReadFile: notes.txt"; Shell then "Shell: ls"
         _tool_call("args-first", title="Grep: TODO"),  # the first title has arguments: its leading identifier
         _tool_call("spaced", title="cat notes.txt"),  # not an identifier alone or before ':': nothing
+        _update("spaced", title="notes.txt"),  # nor a later title (here a file name)
         _tool_call("long", title="x" * 65),  # longer than 64 characters: nothing
         _tool_call("later-title"),  # the first title may come with a later update
         _update("later-title", title="Glob"),
@@ -286,7 +287,7 @@ def _expect_two_open(requests: list[Any], tools: dict[str, Any], turn: Any) -> N
         ("terminal/output", tools["a"]),  # its terminalId was embedded in a's content
         ("fs/read_text_file", turn),  # two open
         ("fs/write_text_file", tools["a"]),  # one open
-        ("terminal/release", turn),  # its tool call has ended
+        ("terminal/release", turn),  # its tool call has ended (c, open alone now, does not get it)
     ]
     assert [s.name for s in requests] == [name for name, _ in expected]
     for request, (name, parent) in zip(requests, expected, strict=True):

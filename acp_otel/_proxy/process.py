@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -232,7 +233,7 @@ def run(options: ProxyOptions) -> int:
         "agent-to-editor",
         to_editor_state,
     )
-    returncode = proc.wait()
+    returncode = _wait(proc)
     _drain(to_editor, to_editor_state, agent_out, agent_out_lock, OUTPUT_DRAIN_TIMEOUT_S)
     if tracer is not None:
         how = f"signal {-returncode}" if returncode < 0 else f"status {returncode}"
@@ -243,6 +244,49 @@ def run(options: ProxyOptions) -> int:
     if returncode < 0:
         _die_of(-returncode)
     return returncode
+
+
+def _wait(proc: subprocess.Popen[bytes]) -> int:
+    """Wait for the agent's exit so that a forwarded signal's handler runs whenever the signal arrives.
+
+    Python runs signal handlers in the main thread between bytecodes. Blocked in ``waitpid()``, the main
+    thread would leave a signal for later when the kernel hands it to another thread (a relay's) or when
+    it arrives just before the call: later is never, as the agent exits only once it has the signal (the
+    editor sees a hang). So the main thread sleeps in ``select()`` on a pipe that the signal
+    (``set_wakeup_fd``, written from whichever thread takes it) and the agent's exit (a waiting thread)
+    both write to.
+    """
+    try:
+        wake_r, wake_w = os.pipe()
+    except OSError:
+        return proc.wait()
+    try:
+        os.set_blocking(wake_r, False)
+        os.set_blocking(wake_w, False)  # set_wakeup_fd requires it
+        try:
+            previous = signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+        except ValueError:  # not the main thread, where no signal handler of ours runs anyway
+            return proc.wait()
+        try:
+
+            def wait_for_exit() -> None:
+                proc.wait()
+                with contextlib.suppress(OSError):
+                    os.write(wake_w, b"\0")
+
+            waiter = threading.Thread(target=wait_for_exit, name="acp-otel-wait", daemon=True)
+            waiter.start()
+            while proc.poll() is None:  # None too while the waiter holds the wait: it writes once it is done
+                select.select([wake_r], [], [])
+                with contextlib.suppress(OSError):
+                    os.read(wake_r, 4096)
+            waiter.join()  # it may still be about to write: only then is wake_w closed
+        finally:
+            signal.set_wakeup_fd(previous)
+    finally:
+        os.close(wake_r)
+        os.close(wake_w)
+    return proc.returncode
 
 
 def _drain(relay: threading.Thread, state: Any, agent_out: Any, lock: threading.Lock, limit_s: float) -> None:

@@ -73,6 +73,9 @@ class SessionCheck(SpanProcessor):
                 self.sessions.popitem(last=False)
 
 
+HELD: list[int] = []  # per prompt: the SERVER spans held for its connection when it starts (see prompt)
+
+
 class RemoteAgent(TraceAgent):
     """``TraceAgent`` with session/load and session/resume (each replays one chunk) and a turn that waits."""
 
@@ -89,6 +92,11 @@ class RemoteAgent(TraceAgent):
         return {}
 
     async def prompt(self, prompt: Any, session_id: str, **kwargs: Any) -> dict[str, Any]:
+        # The SERVER spans the tracing holds for this connection's requests: this prompt's at most (the earlier
+        # requests' responses are sent).
+        remote = getattr(getattr(self.conn, "_conn", None), "_acp_otel_remote", None)
+        if remote is not None:
+            HELD.append(len(remote.server_spans))
         text = " ".join(getattr(b, "text", "") or "" for b in prompt or [])
         if "hang" in text:  # a turn that only ends when cancelled (or its connection goes)
             await self.conn.session_update(session_id=session_id, update=_chunk("working"))
@@ -194,6 +202,7 @@ def main() -> None:
         provider.force_flush()
         if spans_file != "-":
             Path(spans_file + ".open").write_text(str(counter.open))
+            Path(spans_file + ".held").write_text(json.dumps(HELD))
         provider.shutdown()
         summary = {"spans": check.spans, "open": counter.open, "mixed_traces": len(check.mixed)}
         print("SUMMARY " + json.dumps(summary), flush=True)

@@ -98,6 +98,9 @@ async def scenario(url: str, name: str) -> dict[str, Any]:
         out["session"] = session_id
         if name == "turns":
             out["stops"] = [(await prompt(conn, session_id, f"turn {i}")).stop_reason for i in range(2)]
+            # The agent's requests (permission, fs) are all answered: the tracing holds none of their spans.
+            remote = getattr(conn._conn, "_acp_otel_remote", None)
+            out["held_server_spans"] = len(remote.server_spans) if remote is not None else None
         elif name == "cancel":
             task = asyncio.ensure_future(prompt(conn, session_id, "hang"))
             await asyncio.wait_for(client.first_update.wait(), 30)

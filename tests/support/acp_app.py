@@ -167,7 +167,8 @@ TOOL_SCRIPTS: dict[str, list[Any]] = {
         ("request", "terminal/release", {"terminalId": TERMINAL_ID}),
         {"sessionUpdate": "tool_call_update", "toolCallId": "k/call_2", "status": "completed"},
     ],
-    # Two tool calls open at once: a terminal request goes by its terminalId, anything else to the turn.
+    # Two tool calls open at once: a terminal request goes by its terminalId, anything else to the turn; once
+    # the terminal's tool call has ended, its requests go to the turn even when another tool call is open alone.
     "two-open": [
         {"sessionUpdate": "tool_call", "toolCallId": "a", "status": "in_progress", "kind": "execute", "title": "x"},
         {"sessionUpdate": "tool_call", "toolCallId": "b", "status": "in_progress", "kind": "read", "title": "y"},
@@ -182,7 +183,10 @@ TOOL_SCRIPTS: dict[str, list[Any]] = {
         {"sessionUpdate": "tool_call_update", "toolCallId": "b", "status": "completed"},
         ("request", "fs/write_text_file", {"path": SECRET_PATH, "content": "x"}),  # 1 open: a
         {"sessionUpdate": "tool_call_update", "toolCallId": "a", "status": "completed"},
-        ("request", "terminal/release", {"terminalId": TERMINAL_ID}),  # its tool call ended: the turn
+        {"sessionUpdate": "tool_call", "toolCallId": "c", "status": "in_progress", "kind": "read", "title": "z"},
+        # Its tool call ended: the turn, not the one tool call open now (which has nothing to do with it).
+        ("request", "terminal/release", {"terminalId": TERMINAL_ID}),
+        {"sessionUpdate": "tool_call_update", "toolCallId": "c", "status": "completed"},
     ],
 }
 
