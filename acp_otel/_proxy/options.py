@@ -58,7 +58,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--service-name",
         metavar="NAME",
-        help="service.name of the proxy's spans (default: CMD's name + '-proxy'; the agent is named after CMD)",
+        help="service.name of the proxy's telemetry, over OTEL_SERVICE_NAME (default: OTEL_SERVICE_NAME, else "
+        "service.name in OTEL_RESOURCE_ATTRIBUTES, else CMD's name + '-proxy'; the agent is named after CMD)",
     )
     parser.add_argument(
         "--capture-content",

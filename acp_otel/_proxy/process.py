@@ -106,60 +106,172 @@ def _spawn(command: tuple[str, ...]) -> subprocess.Popen[bytes] | int:
 
 
 class _Signals:
-    """Forwards SIGTERM, SIGINT and SIGHUP to the agent's process group while the agent runs."""
+    """Forwards SIGTERM, SIGINT and SIGHUP to the agent's process group while the agent runs.
 
-    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
-        self.proc = proc
+    Installed before the agent is spawned: a signal that arrives before the agent's process is known is
+    kept and forwarded as soon as it is (:meth:`started`), so none is lost and none kills the proxy alone.
+    """
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.pending: list[int] = []
         self.forwarded = False  # a signal reached the agent: the editor is waiting for the proxy's exit
         for signum in FORWARDED_SIGNALS:
             signal.signal(signum, self._forward)
 
+    def started(self, proc: subprocess.Popen[bytes]) -> None:
+        """The agent runs: forward what arrived before (the handler runs between this method's steps too)."""
+        self.proc = proc
+        while self.pending:
+            self._forward(self.pending.pop(0), None)
+
     def _forward(self, signum: int, _frame: Any) -> None:
-        if self.proc.returncode is not None:
+        proc = self.proc
+        if proc is None:
+            self.pending.append(signum)
+            return
+        if proc.returncode is not None:
             return  # the agent has exited; what stays of its group stays, as it would without the proxy
         self.forwarded = True
         _log.debug("acp_otel proxy: forwarding signal %d to the agent's process group", signum)
         try:
-            os.killpg(self.proc.pid, signum)  # the agent leads its own group (see _child_setup)
+            os.killpg(proc.pid, signum)  # the agent leads its own group (see _child_setup)
         except (ProcessLookupError, PermissionError, AttributeError):
             with contextlib.suppress(ProcessLookupError, OSError):
-                self.proc.send_signal(signum)
+                proc.send_signal(signum)
 
     def flush_timeout(self, configured_s: float) -> float:
         """The flush bound: ``configured_s``, cut to :data:`SIGNAL_FLUSH_BUDGET_S` after a forwarded signal."""
         return min(configured_s, SIGNAL_FLUSH_BUDGET_S) if self.forwarded else configured_s
 
 
-def _build_tracer(options: ProxyOptions) -> tuple[Any, Any]:
-    """The telemetry and the message tracer (``None`` when tracing is off); never raises."""
-    try:
+def _exporter_names(variable: str) -> list[str]:
+    names = [n.strip().lower() for n in (os.environ.get(variable, "").strip() or "otlp").split(",") if n.strip()]
+    return [n for n in names if n != "none"]
+
+
+class _Tracing:
+    """The engine and the telemetry, set up in a thread beside the relay (see docs/proxy-lifecycle.md).
+
+    Lines wait only for the engine (the OpenTelemetry API and acp-otel's own modules), never for the SDK
+    and the exporters: until those are ready, spans and metric records are made by :mod:`.deferred` and
+    recorded once they are. A sampler or a traces exporter :mod:`.deferred` cannot stand in for (a plug-in)
+    makes lines wait for the whole set-up instead.
+    """
+
+    def __init__(self, options: ProxyOptions, traces: bool, metrics: bool) -> None:
+        self.options = options
+        self.traces = traces
+        self.metrics = metrics
+        self.ready = threading.Event()  # lines may go to self.tracer (None: relay them untraced)
+        self.done = threading.Event()  # the set-up is over, successful or not
+        self.tracer: Any = None
+        self.tel: Any = None
+        self.collector: Any = None
+        threading.Thread(target=self._setup, name="acp-otel-setup", daemon=True).start()
+
+    def handler(self, to_agent: bool) -> Any:
+        """The line handler of one direction; its first line waits for :attr:`ready`."""
+        handle: Any = None
+
+        def on_line(line: bytes) -> Any:
+            nonlocal handle
+            if handle is None:
+                self.ready.wait()
+                tracer = self.tracer
+                if tracer is None:
+                    handle = _untouched
+                else:
+                    from .tracing import Direction
+
+                    handle = tracer.handler(Direction.EDITOR_TO_AGENT if to_agent else Direction.AGENT_TO_EDITOR)
+            return handle(line)
+
+        return on_line
+
+    def _setup(self) -> None:
+        try:
+            from .. import _metrics
+            from .._settings import load_settings
+            from ..version import __version__
+            from . import deferred
+            from .collector import install_collector
+
+            self.collector = install_collector()  # before the settings are read: a rejected one is reported
+            settings = load_settings(self.options.settings_options)
+            decide = deferred.early_sampler() if self.traces else None
+            early = not self.traces or (
+                decide is not None and set(_exporter_names("OTEL_TRACES_EXPORTER")) <= {"otlp", "console"}
+            )
+            if early:
+                early_tracer = deferred.DeferredTracer(decide) if decide is not None else None
+                early_meters = deferred.DeferredMeterProvider() if self.metrics else None
+                instruments = _metrics.make_instruments(early_meters, __version__) if early_meters else None
+                self.tracer = self._engine(early_tracer, settings, instruments)
+                self.ready.set()  # from here on lines are traced; the SDK comes next
+            tel = self._telemetry()
+            meter_provider = tel.add_meter_provider() if self.metrics else None
+            real_instruments = _metrics.make_instruments(meter_provider, __version__) if meter_provider else None
+            if early:
+                with self.tracer.lock:  # no line is traced while the early spans are recorded
+                    if early_tracer is not None:
+                        count = early_tracer.attach(tel.tracer() if tel.enabled else None, tel.force_ids)
+                        _log.debug("acp_otel proxy: %d span(s) started before the SDK was ready, recorded now", count)
+                    if instruments is not None:
+                        deferred.attach_instruments(instruments, real_instruments)
+            elif tel.enabled or real_instruments is not None:
+                self.tracer = self._engine(tel.tracer() if tel.enabled else None, settings, real_instruments)
+            self.tel = tel
+            _log.info("acp_otel proxy: telemetry: %s", tel.settled())
+        except Exception:
+            _log.debug("acp_otel proxy: tracing disabled, setup failed", exc_info=True)
+        finally:
+            self.ready.set()
+            self.done.set()
+
+    def _telemetry(self) -> Any:
         from .._child_env import proxy_service_name
-        from .._settings import load_settings
         from . import telemetry
 
+        options = self.options
         derived = options.service_name or proxy_service_name(options.command)
-        tel = telemetry.configure(derived, explicit_service_name=options.service_name is not None)
-        if not tel.enabled:
-            return tel, None
+        return telemetry.configure(derived, options.service_name is not None, self.collector)
+
+    @staticmethod
+    def _engine(tracer: Any, settings: Any, instruments: Any) -> Any:
+        """A message tracer on the engine; ``tracer`` ``None``: no spans and nothing injected (metrics only)."""
+        from opentelemetry import trace
+
         from .._engine import Engine
         from .tracing import MessageTracer
 
-        settings = load_settings(options.settings_options)
-        return tel, MessageTracer(Engine(tel.tracer(), settings, _metric_instruments(tel)))
-    except Exception:
-        _log.debug("acp_otel proxy: tracing disabled, setup failed", exc_info=True)
-        return None, None
+        if tracer is None:
+            import dataclasses
+
+            tracer, settings = trace.NoOpTracer(), dataclasses.replace(settings, inject=False)
+        return MessageTracer(Engine(tracer, settings, instruments))
+
+    def finish(self, returncode: int, signals: _Signals) -> None:
+        """After the agent's exit: end pending spans, flush, say what was lost; bounded (see the module)."""
+        budget = signals.flush_timeout(self.options.flush_timeout_s)
+        started = time.monotonic()
+        if not self.done.wait(budget):
+            sys.stderr.write(
+                f"acp-otel proxy: telemetry: not set up after {budget:g} s (--flush-timeout); nothing exported\n"
+            )
+            return
+        if signals.forwarded:  # one budget for both: the editor's grace after its signal is short
+            budget = max(0.0, budget - (time.monotonic() - started))
+        if self.tracer is not None:
+            how = f"signal {-returncode}" if returncode < 0 else f"status {returncode}"
+            self.tracer.close(f"agent exited with {how}")
+        if self.tel is not None:
+            # Bounded (tighter after a forwarded signal); says in one line what could not be exported.
+            self.tel.finish(budget)
 
 
-def _metric_instruments(tel: Any) -> Any:
-    """The engine's metric instruments on the proxy's meter provider (built only when metrics export)."""
-    meter_provider = tel.add_meter_provider()
-    if meter_provider is None:
-        return None
-    from .._metrics import make_instruments
-    from ..version import __version__
-
-    return make_instruments(meter_provider, __version__)
+def _untouched(line: bytes) -> tuple[bytes, None]:
+    return line, None
 
 
 def _relay(
@@ -184,23 +296,24 @@ def _relay(
 
 def run(options: ProxyOptions) -> int:
     """Run the proxy until the agent exits; returns the exit status (or re-raises the agent's signal)."""
-    _configure_logging(options.verbose)
     if not options.command:
         sys.stderr.write("acp-otel proxy: no agent command given (acp-otel proxy [options] -- CMD [ARGS...])\n")
         return 2
+    signals = _Signals()  # before the spawn: a signal that arrives meanwhile is forwarded once the agent runs
     proc = _spawn(options.command)
     if isinstance(proc, int):
         return proc
-    signals = _Signals(proc)
+    signals.started(proc)
+    _configure_logging(options.verbose)
     assert proc.stdin is not None and proc.stdout is not None
     agent_in, agent_out = proc.stdin, proc.stdout
-    tel, tracer = _build_tracer(options)
-    to_agent_handler = to_editor_handler = None
-    if tracer is not None:
-        from .tracing import Direction
-
-        to_agent_handler = tracer.handler(Direction.EDITOR_TO_AGENT)
-        to_editor_handler = tracer.handler(Direction.AGENT_TO_EDITOR)
+    tracing = None
+    if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() != "true":
+        traces, metrics = bool(_exporter_names("OTEL_TRACES_EXPORTER")), bool(_exporter_names("OTEL_METRICS_EXPORTER"))
+        if traces or metrics:
+            tracing = _Tracing(options, traces, metrics)
+    to_agent_handler = tracing.handler(True) if tracing is not None else None
+    to_editor_handler = tracing.handler(False) if tracing is not None else None
 
     def close_quietly(stream: Any) -> None:
         with contextlib.suppress(OSError):
@@ -234,12 +347,8 @@ def run(options: ProxyOptions) -> int:
     )
     returncode = proc.wait()
     _drain(to_editor, to_editor_state, agent_out, agent_out_lock, OUTPUT_DRAIN_TIMEOUT_S)
-    if tracer is not None:
-        how = f"signal {-returncode}" if returncode < 0 else f"status {returncode}"
-        tracer.close(f"agent exited with {how}")
-    if tel is not None:
-        # Bounded (tighter after a forwarded signal); says in one line what could not be exported.
-        tel.finish(signals.flush_timeout(options.flush_timeout_s))
+    if tracing is not None:
+        tracing.finish(returncode, signals)
     if returncode < 0:
         _die_of(-returncode)
     return returncode
