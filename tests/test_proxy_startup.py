@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from acp_app import open_session
-from harness import PEERS, PROXY, PY_AGENT, base_env, proxied_client
+from harness import PEERS, PROXY, PY_AGENT, RAW_PEER, base_env, proxied_client
 from otlp_sink import OtlpSink, Span, closed_port
 
 from acp_otel import cli
@@ -137,6 +137,29 @@ def test_the_agent_is_started_before_anything_heavy_is_imported(tmp_path: Path) 
     assert [m for m in loaded if m.startswith(heavy)] == []
 
 
+def test_an_agent_that_exits_before_the_engine_is_ready_has_all_its_output_relayed(tmp_path: Path) -> None:
+    """The engine's import held for ever, the agent writes and exits at once: every byte still reaches the
+    editor (untraced, once the flush bound is spent), the agent's status is passed on, one line says why."""
+    payload = b"".join(b'{"jsonrpc":"2.0","method":"n","params":{"i":%d}}\n' % i for i in range(200)) + b"tail"
+    send = tmp_path / "send"
+    send.write_bytes(payload)
+    env = _hooked_env(
+        OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{closed_port()}",
+        OTEL_METRICS_EXPORTER="none",
+        ACP_OTEL_TEST_SDK_GATE=str(tmp_path / "never"),
+        ACP_OTEL_TEST_GATED_MODULE="acp_otel._engine",
+    )
+    agent = [*RAW_PEER, str(tmp_path / "rec"), str(send), "--exit", "3"]
+    done = subprocess.run(
+        [*PROXY, "--flush-timeout", "0.5", "--", *agent], input=b"", capture_output=True, env=env, timeout=60
+    )
+    assert done.stdout == payload
+    assert done.returncode == 3
+    assert done.stderr.decode().splitlines() == [
+        "acp-otel proxy: telemetry: not set up after 0.5 s (--flush-timeout); nothing exported"
+    ]
+
+
 async def test_metrics_a_backend_refuses_are_in_the_exit_line() -> None:
     """A backend that takes spans and answers 405 to metrics (as a traces-only one does): one exit line says so."""
     with OtlpSink(metrics_status=405) as sink:
@@ -181,11 +204,11 @@ def test_verbose_says_where_telemetry_goes_at_start(protocol: str) -> None:
     )
     done = subprocess.run([*PROXY, "-v", "--", "true"], input=b"", capture_output=True, env=env, timeout=60)
     assert done.returncode == 0 and done.stdout == b""
-    lines = [line for line in done.stderr.decode().splitlines() if line.startswith("acp-otel proxy: telemetry: ")]
+    lines = [line for line in done.stderr.decode().splitlines() if line.startswith("acp-otel proxy: exporting ")]
     assert len(lines) == 1, done.stderr
     path = "/v1/traces" if protocol == "http/protobuf" else ""
     expected = f"traces to http://127.0.0.1:{port}{path} ({protocol}); metrics off; service.name from-env"
-    assert lines[0] == f"acp-otel proxy: telemetry: {expected}"
+    assert lines[0] == f"acp-otel proxy: exporting {expected}"
 
 
 def test_help_says_the_environment_names_the_service_first(capsys: Any) -> None:
@@ -194,3 +217,137 @@ def test_help_says_the_environment_names_the_service_first(capsys: Any) -> None:
     text = re.sub(r"\s+", " ", capsys.readouterr().out)
     service_help = text[text.rindex("--service-name NAME") :]  # the option, not the usage line
     assert re.match(r"--service-name NAME [^-]*OTEL_SERVICE_NAME", service_help), service_help[:300]
+
+
+# ------------------------------------------------------------------ early spans and records, in process
+
+SAMPLERS = [
+    {},
+    {"OTEL_TRACES_SAMPLER": "always_on"},
+    {"OTEL_TRACES_SAMPLER": "always_off"},
+    {"OTEL_TRACES_SAMPLER": "parentbased_always_off"},
+    {"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.5"},
+    {"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.3"},
+    {"OTEL_TRACES_SAMPLER": "TraceIdRatio", "OTEL_TRACES_SAMPLER_ARG": "not a number"},
+    {"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "7"},
+]
+
+
+@pytest.mark.parametrize("env", SAMPLERS, ids=lambda e: "-".join(e.values()) or "default")
+def test_early_span_contexts_are_what_the_sdk_makes(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> None:
+    """For each built-in sampler and kind of parent (none, remote sampled or not, with or without the random
+    trace id flag, an early local span): the context an early span forwards is the one the SDK gives the span
+    recorded for it (ids, flags, trace state), and it is sampled exactly when the SDK samples it."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, TraceState
+
+    from acp_otel._proxy import deferred
+    from acp_otel._proxy.telemetry import ReplayIds
+
+    for name in [n for n in os.environ if n.startswith("OTEL_")]:
+        monkeypatch.delenv(name)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    decide = deferred.early_sampler()
+    assert decide is not None
+    ids = ReplayIds()
+    real = TracerProvider(shutdown_on_exit=False, id_generator=ids).get_tracer("t")
+    state = TraceState([("vendor", "v1")])
+    parents: list[Any] = [None]
+    for flags in (0, 1, 2, 3):
+        for trace_id in (0x0AF7651916CD43DD8448EB211C80319C, 0x0AF7651916CD43DDF448EB211C80319C):
+            remote = SpanContext(trace_id, 0xB7AD6B7169203331, True, TraceFlags(flags), state)
+            parents.append(trace.set_span_in_context(NonRecordingSpan(remote)))
+    early_tracer = deferred.DeferredTracer(decide)
+    for _ in range(20):  # roots with random trace ids, for the ratio samplers
+        parents.append(None)
+    local = early_tracer.start_span("local parent")
+    parents.append(trace.set_span_in_context(local))
+    for parent in parents:
+        early = early_tracer.start_span("s", context=parent)
+        wanted = early.get_span_context()
+        root = not trace.get_current_span(parent).get_span_context().is_valid
+        ids.force(wanted.trace_id if root else None, wanted.span_id)
+        recorded = real.start_span("s", context=parent)
+        got = recorded.get_span_context()
+        assert (got.trace_id, got.span_id, got.trace_flags, got.trace_state) == (
+            wanted.trace_id,
+            wanted.span_id,
+            wanted.trace_flags,
+            wanted.trace_state,
+        )
+        assert early.is_recording() == recorded.is_recording()
+
+
+def test_early_spans_are_recorded_with_what_was_done_to_them() -> None:
+    """Ended before the SDK, or ended after: attributes, events with their times, status, start and end times."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.trace import SpanKind, Status, StatusCode
+
+    from acp_otel._proxy import deferred
+    from acp_otel._proxy.telemetry import ReplayIds
+
+    decide = deferred.early_sampler({})
+    assert decide is not None
+    early_tracer = deferred.DeferredTracer(decide)
+    done = early_tracer.start_span("done", kind=SpanKind.CLIENT, attributes={"a": 1})
+    done.set_attribute("b", "x")
+    done.add_event("e", {"k": "v"})
+    done.set_status(Status(StatusCode.ERROR, "failed"))
+    done.end()
+    done.set_attribute("after.end", True)  # ignored, as the SDK ignores it
+    open_span = early_tracer.start_span("open", kind=SpanKind.PRODUCER)
+    open_span.set_attribute("c", 2)
+    exporter = InMemorySpanExporter()
+    ids = ReplayIds()
+    provider = TracerProvider(shutdown_on_exit=False, id_generator=ids)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    assert early_tracer.attach(provider.get_tracer("t"), ids.force) == 2
+    open_span.set_attribute("d", 3)
+    open_span.end()
+    late = early_tracer.start_span("late")  # the SDK's own span now
+    late.end()
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    assert set(spans) == {"done", "open", "late"}
+    first, second = spans["done"], spans["open"]
+    assert first.context == done.get_span_context() and second.context == open_span.get_span_context()
+    assert first.kind is SpanKind.CLIENT and second.kind is SpanKind.PRODUCER
+    assert dict(first.attributes or {}) == {"a": 1, "b": "x"}
+    assert [(e.name, dict(e.attributes or {})) for e in first.events] == [("e", {"k": "v"})]
+    assert first.status.status_code is StatusCode.ERROR and first.status.description == "failed"
+    assert first.start_time is not None and first.end_time is not None
+    assert first.start_time <= first.events[0].timestamp <= first.end_time
+    assert first.end_time <= (second.end_time or 0)  # ended before the SDK was attached, the other after
+    assert dict(second.attributes or {}) == {"c": 2, "d": 3}
+    provider.shutdown()
+
+
+def test_early_metric_records_are_recorded_once_the_meter_provider_exists() -> None:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from acp_otel import _metrics
+    from acp_otel._proxy import deferred
+
+    early = _metrics.make_instruments(deferred.DeferredMeterProvider(), "0")
+    assert early is not None and early.recording()
+    early.client_duration.record(0.25, {"acp.method.name": "initialize"})
+    early.input_tokens.add(7)
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader], shutdown_on_exit=False)
+    real = _metrics.make_instruments(provider, "0")
+    deferred.attach_instruments(early, real)
+    early.client_duration.record(0.5, {"acp.method.name": "initialize"})
+    data = reader.get_metrics_data()
+    assert data is not None
+    points = {
+        m.name: list(m.data.data_points) for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics
+    }
+    (duration,) = points["acp.client.operation.duration"]
+    assert duration.count == 2 and duration.sum == pytest.approx(0.75)
+    (tokens,) = points["acp.turn.usage.input_tokens"]
+    assert tokens.value == 7
+    provider.shutdown()

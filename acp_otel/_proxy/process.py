@@ -165,6 +165,7 @@ class _Tracing:
         self.metrics = metrics
         self.ready = threading.Event()  # lines may go to self.tracer (None: relay them untraced)
         self.done = threading.Event()  # the set-up is over, successful or not
+        self.released = threading.Event()  # set with ready, or when the agent's exit leaves no time to wait
         self.tracer: Any = None
         self.tel: Any = None
         self.collector: Any = None
@@ -177,8 +178,8 @@ class _Tracing:
         def on_line(line: bytes) -> Any:
             nonlocal handle
             if handle is None:
-                self.ready.wait()
-                tracer = self.tracer
+                self.released.wait()
+                tracer = self.tracer if self.ready.is_set() else None
                 if tracer is None:
                     handle = _untouched
                 else:
@@ -208,7 +209,7 @@ class _Tracing:
                 early_meters = deferred.DeferredMeterProvider() if self.metrics else None
                 instruments = _metrics.make_instruments(early_meters, __version__) if early_meters else None
                 self.tracer = self._engine(early_tracer, settings, instruments)
-                self.ready.set()  # from here on lines are traced; the SDK comes next
+                self._ready()  # from here on lines are traced; the SDK comes next
             tel = self._telemetry()
             meter_provider = tel.add_meter_provider() if self.metrics else None
             real_instruments = _metrics.make_instruments(meter_provider, __version__) if meter_provider else None
@@ -222,12 +223,22 @@ class _Tracing:
             elif tel.enabled or real_instruments is not None:
                 self.tracer = self._engine(tel.tracer() if tel.enabled else None, settings, real_instruments)
             self.tel = tel
-            _log.info("acp_otel proxy: telemetry: %s", tel.settled())
+            _log.info("acp_otel proxy: exporting %s", tel.settled())
         except Exception:
             _log.debug("acp_otel proxy: tracing disabled, setup failed", exc_info=True)
         finally:
-            self.ready.set()
+            self._ready()
             self.done.set()
+
+    def _ready(self) -> None:
+        self.ready.set()
+        self.released.set()
+
+    def settle(self, deadline: float) -> None:
+        """The agent has exited: give the set-up until ``deadline`` to take the lines still waiting for it,
+        then let them through untraced, so that the agent's last output is relayed in time."""
+        self.ready.wait(max(0.0, deadline - time.monotonic()))
+        self.released.set()
 
     def _telemetry(self) -> Any:
         from .._child_env import proxy_service_name
@@ -251,17 +262,18 @@ class _Tracing:
             tracer, settings = trace.NoOpTracer(), dataclasses.replace(settings, inject=False)
         return MessageTracer(Engine(tracer, settings, instruments))
 
-    def finish(self, returncode: int, signals: _Signals) -> None:
-        """After the agent's exit: end pending spans, flush, say what was lost; bounded (see the module)."""
+    def finish(self, returncode: int, signals: _Signals, deadline: float) -> None:
+        """After the agent's exit: end pending spans, flush, say what was lost. The set-up is waited for until
+        ``deadline``; the flush then has the whole flush budget, or what is left of it after a forwarded
+        signal (the editor's grace is short then)."""
         budget = signals.flush_timeout(self.options.flush_timeout_s)
-        started = time.monotonic()
-        if not self.done.wait(budget):
+        if not self.done.wait(max(0.0, deadline - time.monotonic())):
             sys.stderr.write(
                 f"acp-otel proxy: telemetry: not set up after {budget:g} s (--flush-timeout); nothing exported\n"
             )
             return
-        if signals.forwarded:  # one budget for both: the editor's grace after its signal is short
-            budget = max(0.0, budget - (time.monotonic() - started))
+        if signals.forwarded:
+            budget = max(0.0, deadline - time.monotonic())
         if self.tracer is not None:
             how = f"signal {-returncode}" if returncode < 0 else f"status {returncode}"
             self.tracer.close(f"agent exited with {how}")
@@ -346,9 +358,13 @@ def run(options: ProxyOptions) -> int:
         to_editor_state,
     )
     returncode = proc.wait()
+    # The telemetry's time after the agent's exit: the set-up (if still running) and, after a signal, the flush.
+    deadline = time.monotonic() + signals.flush_timeout(options.flush_timeout_s)
+    if tracing is not None:
+        tracing.settle(deadline)
     _drain(to_editor, to_editor_state, agent_out, agent_out_lock, OUTPUT_DRAIN_TIMEOUT_S)
     if tracing is not None:
-        tracing.finish(returncode, signals)
+        tracing.finish(returncode, signals, deadline)
     if returncode < 0:
         _die_of(-returncode)
     return returncode

@@ -1,8 +1,9 @@
 """Test-only hooks for the proxy's start-up, put on ``PYTHONPATH`` of the proxy process by tests/test_proxy_startup.py.
 
 * ``ACP_OTEL_TEST_SDK_GATE=PATH``: importing ``opentelemetry.sdk.trace`` (the SDK the proxy's telemetry is
-  built on) blocks until PATH exists, as a very slow import would; ``PATH.waiting`` is created when it starts
-  waiting. Only that module's import waits (its loader blocks, not the finder: other imports go on).
+  built on; another module with ``ACP_OTEL_TEST_GATED_MODULE``) blocks until PATH exists, as a very slow
+  import would; ``PATH.waiting`` is created when it starts waiting. Only that module's import waits (its
+  loader blocks, not the finder: other imports go on).
 * ``ACP_OTEL_TEST_SPAWN_MODULES=PATH``: when the process starts its first child (the ``subprocess.Popen``
   audit event), the names of the modules imported so far are written to PATH, one a line.
 
@@ -17,7 +18,7 @@ import time
 from typing import Any
 
 
-def _gate(path: str) -> None:
+def _gate(path: str, gated: str) -> None:
     import importlib.abc
     import importlib.machinery
 
@@ -37,7 +38,7 @@ def _gate(path: str) -> None:
 
     class GateFinder(importlib.abc.MetaPathFinder):
         def find_spec(self, name: str, path_: Any, target: Any = None) -> Any:
-            if name != "opentelemetry.sdk.trace":
+            if name != gated:
                 return None
             spec = importlib.machinery.PathFinder.find_spec(name, path_)
             if spec is not None and spec.loader is not None:
@@ -61,7 +62,7 @@ def _spawn_modules(path: str) -> None:
 
 _gate_path = os.environ.pop("ACP_OTEL_TEST_SDK_GATE", None)
 if _gate_path:
-    _gate(_gate_path)
+    _gate(_gate_path, os.environ.pop("ACP_OTEL_TEST_GATED_MODULE", "opentelemetry.sdk.trace"))
 _modules_path = os.environ.pop("ACP_OTEL_TEST_SPAWN_MODULES", None)
 if _modules_path:
     _spawn_modules(_modules_path)
