@@ -2,9 +2,13 @@
 
 Lifecycle (docs/proxy-lifecycle.md has the whole story):
 
-* the agent is started first, in a process group of its own (so that a signal reaches all of it, as a
-  terminal's Ctrl-C would) and, on Linux, set to be killed if the proxy dies (``PR_SET_PDEATHSIG``), so
-  that it never outlives a SIGKILLed proxy; telemetry is configured while it starts;
+* the agent is started first, before anything heavy is imported (this module imports only what spawning
+  needs; logging, the engine and OpenTelemetry come after), in a process group of its own (so that a signal
+  reaches all of it, as a terminal's Ctrl-C would) and, on Linux, set to be killed if the proxy dies
+  (``PR_SET_PDEATHSIG``), so that it never outlives a SIGKILLed proxy. The signal handlers are installed
+  before it is spawned;
+* telemetry is set up in a thread beside the relay (:class:`_Tracing`): lines wait for the engine only; spans
+  made before the SDK is ready are recorded once it is (:mod:`.deferred`);
 * end of the editor's input closes the agent's stdin; the agent's exit ends the proxy: what the agent
   wrote is relayed, without waiting for end of file (a child of the agent may hold its stdout for
   ever), pending spans end with an error, spans are flushed (bounded), and the proxy exits with the
@@ -17,19 +21,29 @@ Lifecycle (docs/proxy-lifecycle.md has the whole story):
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
-from typing import Any
 
 from .._child_env import proxy_agent_environment
-from .options import DiagnosticFormatter, ProxyOptions
 
-_log = logging.getLogger("acp_otel")
+# Not typing's, nor logging at import: this module runs before the agent is started (type checkers see True).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import logging
+    from typing import Any
+
+    from .options import ProxyOptions
+
+
+def _logger() -> logging.Logger:
+    import logging
+
+    return logging.getLogger("acp_otel")
+
 
 FORWARDED_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP") if hasattr(signal, name))
 # After the agent exits, at most this long relaying what it wrote (only an editor that stops reading
@@ -38,25 +52,6 @@ OUTPUT_DRAIN_TIMEOUT_S = 0.25
 # The flush after a forwarded signal: the SDK's editor SIGKILLs 2 s after its SIGTERM, acpx 1.5 s.
 SIGNAL_FLUSH_BUDGET_S = 1.0
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-
-
-def _configure_logging(verbose: bool) -> None:
-    # Without a handler, logging's last resort would print library warnings (e.g. export retries
-    # against a dead endpoint) on stderr; diagnostics appear only when asked for.
-    for name in ("acp_otel", "opentelemetry"):
-        logger = logging.getLogger(name)
-        logger.propagate = False
-        if verbose:
-            handler = logging.StreamHandler(sys.stderr)
-            handler.setFormatter(DiagnosticFormatter())
-            logger.addHandler(handler)
-            logger.setLevel(logging.DEBUG)
-        else:
-            logger.addHandler(logging.NullHandler())
-    if not verbose:
-        import warnings
-
-        warnings.simplefilter("ignore")
 
 
 def _child_setup() -> Any:
@@ -133,7 +128,7 @@ class _Signals:
         if proc.returncode is not None:
             return  # the agent has exited; what stays of its group stays, as it would without the proxy
         self.forwarded = True
-        _log.debug("acp_otel proxy: forwarding signal %d to the agent's process group", signum)
+        _logger().debug("acp_otel proxy: forwarding signal %d to the agent's process group", signum)
         try:
             os.killpg(proc.pid, signum)  # the agent leads its own group (see _child_setup)
         except (ProcessLookupError, PermissionError, AttributeError):
@@ -217,15 +212,17 @@ class _Tracing:
                 with self.tracer.lock:  # no line is traced while the early spans are recorded
                     if early_tracer is not None:
                         count = early_tracer.attach(tel.tracer() if tel.enabled else None, tel.force_ids)
-                        _log.debug("acp_otel proxy: %d span(s) started before the SDK was ready, recorded now", count)
+                        _logger().debug(
+                            "acp_otel proxy: %d span(s) started before the SDK was ready, recorded now", count
+                        )
                     if instruments is not None:
                         deferred.attach_instruments(instruments, real_instruments)
             elif tel.enabled or real_instruments is not None:
                 self.tracer = self._engine(tel.tracer() if tel.enabled else None, settings, real_instruments)
             self.tel = tel
-            _log.info("acp_otel proxy: exporting %s", tel.settled())
+            _logger().info("acp_otel proxy: exporting %s", tel.settled())
         except Exception:
-            _log.debug("acp_otel proxy: tracing disabled, setup failed", exc_info=True)
+            _logger().debug("acp_otel proxy: tracing disabled, setup failed", exc_info=True)
         finally:
             self._ready()
             self.done.set()
@@ -295,9 +292,9 @@ def _relay(
         try:
             pump(src, dst, handle, max_line_bytes, state)
         except OSError as exc:  # the destination is gone (EPIPE) or the source failed
-            _log.debug("acp_otel proxy: %s relay ended: %s", name, exc)
+            _logger().debug("acp_otel proxy: %s relay ended: %s", name, exc)
         except Exception:
-            _log.debug("acp_otel proxy: %s relay failed", name, exc_info=True)
+            _logger().debug("acp_otel proxy: %s relay failed", name, exc_info=True)
         finally:
             on_end()
 
@@ -316,7 +313,9 @@ def run(options: ProxyOptions) -> int:
     if isinstance(proc, int):
         return proc
     signals.started(proc)
-    _configure_logging(options.verbose)
+    from .diagnostics import configure_logging
+
+    configure_logging(options.verbose)
     assert proc.stdin is not None and proc.stdout is not None
     agent_in, agent_out = proc.stdin, proc.stdout
     tracing = None
