@@ -49,6 +49,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ECHO = [sys.executable, os.path.abspath(__file__), "--echo-agent"]
 PLAIN = [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "_plain_relay.py"), "--"]
 PROXY = [sys.executable, "-m", "acp_otel.cli", "proxy", "--"]
+# As editors start it: the console script (what it imports is what an editor pays), when installed.
+_SCRIPT = os.path.join(os.path.dirname(sys.executable), "acp-otel")
+PROXY_START = [_SCRIPT, "proxy", "--"] if os.path.exists(_SCRIPT) else PROXY
 
 REQUEST = (
     '{{"jsonrpc":"2.0","id":{id},"method":"session/prompt","params":{{"sessionId":"sess-1",'
@@ -238,7 +241,7 @@ def measure_start_up(rounds: int, sink_env: dict[str, str], smoke: bool) -> dict
         for r in range(rounds + 1):  # the first round warms the caches and is not counted
             for name, command, agent_env in agents:
                 env = {**_env(**sink_env), **agent_env}
-                variants = {"direct": command, "plain-relay": [*PLAIN, *command], "proxy": [*PROXY, *command]}
+                variants = {"direct": command, "plain-relay": [*PLAIN, *command], "proxy": [*PROXY_START, *command]}
                 order = START_VARIANTS[r % 3 :] + START_VARIANTS[: r % 3]
                 for variant in order:
                     try:

@@ -202,7 +202,9 @@ def test_verbose_says_where_telemetry_goes_at_start(protocol: str) -> None:
         OTEL_METRICS_EXPORTER="none",
         OTEL_SERVICE_NAME="from-env",
     )
-    done = subprocess.run([*PROXY, "-v", "--", "true"], input=b"", capture_output=True, env=env, timeout=60)
+    done = subprocess.run(
+        [*PROXY, "-v", "--flush-timeout", "30", "--", "true"], input=b"", capture_output=True, env=env, timeout=60
+    )
     assert done.returncode == 0 and done.stdout == b""
     lines = [line for line in done.stderr.decode().splitlines() if line.startswith("acp-otel proxy: exporting ")]
     assert len(lines) == 1, done.stderr

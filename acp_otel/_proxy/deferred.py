@@ -171,8 +171,11 @@ class DeferredSpan(trace.Span):
 class DeferredTracer(trace.Tracer):
     """The engine's tracer: early spans (see the module) until :meth:`attach`, then the SDK's tracer."""
 
-    def __init__(self, decide: Decide) -> None:
+    def __init__(self, decide: Decide, on_many: Callable[[], None] | None = None, many: int = 0) -> None:
+        """``on_many`` is called when ``many`` early spans are waiting for :meth:`attach`."""
         self._decide = decide
+        self._on_many = on_many
+        self._many = many
         self._real: trace.Tracer | None = None
         self._early: list[DeferredSpan] = []
         self._detached = False
@@ -206,6 +209,8 @@ class DeferredTracer(trace.Tracer):
             return NonRecordingSpan(span_context)
         span = DeferredSpan(name, context, kind, attributes, links, start_time or time.time_ns(), span_context)
         self._early.append(span)
+        if len(self._early) == self._many and self._on_many is not None:
+            self._on_many()
         return span
 
     def start_as_current_span(self, *args: Any, **kwargs: Any) -> Iterator[trace.Span]:  # type: ignore[override]

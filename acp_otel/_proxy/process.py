@@ -51,6 +51,8 @@ FORWARDED_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT"
 OUTPUT_DRAIN_TIMEOUT_S = 0.25
 # The flush after a forwarded signal: the SDK's editor SIGKILLs 2 s after its SIGTERM, acpx 1.5 s.
 SIGNAL_FLUSH_BUDGET_S = 1.0
+# Spans kept for the SDK before the agent's first output: past this many, the SDK is set up at once.
+EARLY_SPANS = 1000
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
@@ -150,8 +152,10 @@ class _Tracing:
 
     Lines wait only for the engine (the OpenTelemetry API and acp-otel's own modules), never for the SDK
     and the exporters: until those are ready, spans and metric records are made by :mod:`.deferred` and
-    recorded once they are. A sampler or a traces exporter :mod:`.deferred` cannot stand in for (a plug-in)
-    makes lines wait for the whole set-up instead.
+    recorded once they are. The SDK is set up once the agent has started (its first line of output), so that
+    its imports do not take the CPU from the agent's start; or when :data:`EARLY_SPANS` spans wait, or when
+    the agent exits. A sampler or a traces exporter :mod:`.deferred` cannot stand in for (a plug-in) makes
+    lines wait for the whole set-up instead, which then starts at once.
     """
 
     def __init__(self, options: ProxyOptions, traces: bool, metrics: bool) -> None:
@@ -161,6 +165,7 @@ class _Tracing:
         self.ready = threading.Event()  # lines may go to self.tracer (None: relay them untraced)
         self.done = threading.Event()  # the set-up is over, successful or not
         self.released = threading.Event()  # set with ready, or when the agent's exit leaves no time to wait
+        self.go = threading.Event()  # the SDK may be set up: the agent has started (or exited)
         self.tracer: Any = None
         self.tel: Any = None
         self.collector: Any = None
@@ -173,6 +178,8 @@ class _Tracing:
         def on_line(line: bytes) -> Any:
             nonlocal handle
             if handle is None:
+                if not to_agent:
+                    self.go.set()  # the agent's first output: it has started
                 self.released.wait()
                 tracer = self.tracer if self.ready.is_set() else None
                 if tracer is None:
@@ -200,11 +207,12 @@ class _Tracing:
                 decide is not None and set(_exporter_names("OTEL_TRACES_EXPORTER")) <= {"otlp", "console"}
             )
             if early:
-                early_tracer = deferred.DeferredTracer(decide) if decide is not None else None
+                early_tracer = deferred.DeferredTracer(decide, self.go.set, EARLY_SPANS) if decide is not None else None
                 early_meters = deferred.DeferredMeterProvider() if self.metrics else None
                 instruments = _metrics.make_instruments(early_meters, __version__) if early_meters else None
                 self.tracer = self._engine(early_tracer, settings, instruments)
                 self._ready()  # from here on lines are traced; the SDK comes next
+                self.go.wait()
             tel = self._telemetry()
             meter_provider = tel.add_meter_provider() if self.metrics else None
             real_instruments = _metrics.make_instruments(meter_provider, __version__) if meter_provider else None
@@ -234,6 +242,7 @@ class _Tracing:
     def settle(self, deadline: float) -> None:
         """The agent has exited: give the set-up until ``deadline`` to take the lines still waiting for it,
         then let them through untraced, so that the agent's last output is relayed in time."""
+        self.go.set()
         self.ready.wait(max(0.0, deadline - time.monotonic()))
         self.released.set()
 
