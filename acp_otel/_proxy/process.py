@@ -178,8 +178,6 @@ class _Tracing:
         def on_line(line: bytes) -> Any:
             nonlocal handle
             if handle is None:
-                if not to_agent:
-                    self.go.set()  # the agent's first output: it has started
                 self.released.wait()
                 tracer = self.tracer if self.ready.is_set() else None
                 if tracer is None:
@@ -188,12 +186,29 @@ class _Tracing:
                     from .tracing import Direction
 
                     handle = tracer.handler(Direction.EDITOR_TO_AGENT if to_agent else Direction.AGENT_TO_EDITOR)
+                if not to_agent:  # the agent's first output: it has started; the SDK's turn, once this line is out
+                    forward, done = handle(line)
+                    return forward, self._go_after(done)
             return handle(line)
 
         return on_line
 
+    def _go_after(self, done: Any) -> Any:
+        def run() -> None:
+            try:
+                if done is not None:
+                    done()
+            finally:
+                self.go.set()
+
+        return run
+
     def _setup(self) -> None:
         try:
+            if not self.options.verbose:
+                from .diagnostics import configure_logging
+
+                configure_logging(False)  # here, not before the relay: logging's imports are not needed there
             from .. import _metrics
             from .._settings import load_settings
             from ..version import __version__
@@ -322,9 +337,10 @@ def run(options: ProxyOptions) -> int:
     if isinstance(proc, int):
         return proc
     signals.started(proc)
-    from .diagnostics import configure_logging
+    if options.verbose:  # otherwise in the set-up thread, if there is one (nothing logs without it)
+        from .diagnostics import configure_logging
 
-    configure_logging(options.verbose)
+        configure_logging(True)
     assert proc.stdin is not None and proc.stdout is not None
     agent_in, agent_out = proc.stdin, proc.stdout
     tracing = None
