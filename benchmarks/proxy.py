@@ -254,7 +254,7 @@ def measure_start_up(rounds: int, sink_env: dict[str, str], smoke: bool) -> dict
     return results
 
 
-def report(trips: dict[str, list[float]], start: dict[str, dict[str, list[float]]], per_round: int) -> None:
+def report_trips(trips: dict[str, list[float]], per_round: int) -> None:
     rounds = len(trips["direct"])
     print(f"round trip (median of {per_round} per round, {rounds} rounds interleaved), milliseconds")
     print(f"{'variant':<14} {'median':>8} {'min':>8} {'max':>8} {'added vs direct':>16}")
@@ -269,6 +269,9 @@ def report(trips: dict[str, list[float]], start: dict[str, dict[str, list[float]
     if plain > 0:
         for name in ("proxy-off", "proxy-traced"):
             print(f"{name} adds {added[name] / plain:.2f}x what the plain relay adds")
+
+
+def report_start(start: dict[str, dict[str, list[float]]]) -> None:
     print("start-up: spawn to the initialize answer, milliseconds (medians of interleaved rounds)")
     print(f"{'agent':<18} {'direct':>9} {'plain':>9} {'proxy':>9} {'plain adds':>11} {'proxy adds':>11} {'bound':>9}")
     for agent, samples in start.items():
@@ -316,14 +319,9 @@ def main() -> None:
         trips = {} if args.start_up_only else measure_round_trips(rounds, per_round, sink_env)
         start = measure_start_up(start_rounds, sink_env, args.smoke)
         if trips:
-            report(trips, start, per_round)
-        else:
-            report_start_only(start)
-        print(f"spans received by the loopback OTLP receiver: {len(sink.spans())}")
-
-
-def report_start_only(start: dict[str, dict[str, list[float]]]) -> None:
-    report({"direct": [0.0], "plain-relay": [0.0], "proxy-off": [0.0], "proxy-traced": [0.0]}, start, 0)
+            report_trips(trips, per_round)
+            print(f"spans received by the loopback OTLP receiver: {len(sink.spans())}")
+        report_start(start)
 
 
 if __name__ == "__main__":
