@@ -228,9 +228,18 @@ class _Tracing:
                 self.tracer = self._engine(early_tracer, settings, instruments)
                 self._ready()  # from here on lines are traced; the SDK comes next
                 self.go.wait()
-            tel = self._telemetry()
-            meter_provider = tel.add_meter_provider() if self.metrics else None
-            real_instruments = _metrics.make_instruments(meter_provider, __version__) if meter_provider else None
+            try:
+                tel = self._telemetry()
+                meter_provider = tel.add_meter_provider() if self.metrics else None
+                real_instruments = _metrics.make_instruments(meter_provider, __version__) if meter_provider else None
+            except Exception:
+                if early:  # nothing will record what the engine keeps: it stops keeping it
+                    with self.tracer.lock:
+                        if early_tracer is not None:
+                            early_tracer.attach(None, _no_ids)
+                        if instruments is not None:
+                            deferred.attach_instruments(instruments, None)
+                raise
             if early:
                 with self.tracer.lock:  # no line is traced while the early spans are recorded
                     if early_tracer is not None:
@@ -301,6 +310,10 @@ class _Tracing:
         if self.tel is not None:
             # Bounded (tighter after a forwarded signal); says in one line what could not be exported.
             self.tel.finish(budget)
+
+
+def _no_ids(_trace_id: int | None, _span_id: int | None) -> None:
+    """The ids hook :meth:`deferred.DeferredTracer.attach` takes, when there is no SDK to give ids to."""
 
 
 def _untouched(line: bytes) -> tuple[bytes, None]:
