@@ -75,7 +75,7 @@ def _initialize_and_new_session(tmp_path: Path, gated: bool) -> tuple[dict[str, 
         try:
             proc.stdin.write(_line(0, "initialize", '"protocolVersion":1,"clientCapabilities":{}', INIT_PARENT))
             proc.stdin.flush()
-            assert b'"agentInfo"' in _answer(proc)
+            assert b'"result"' in _answer(proc)
             proc.stdin.write(_line(1, "session/new", f'"cwd":"{tmp_path}","mcpServers":[]', NEW_PARENT))
             proc.stdin.flush()
             assert b'"sessionId"' in _answer(proc)
