@@ -9,17 +9,18 @@ code::
     AcpInstrumentor().instrument()
 """
 
-from typing import TYPE_CHECKING, Any
-
 from .version import __version__
 
+# Not typing's: ``acp-otel proxy`` imports this package before it starts its agent, and typing is not needed
+# at run time (type checkers treat any TYPE_CHECKING as true).
+TYPE_CHECKING = False
 if TYPE_CHECKING:  # type checkers see the class; at run time it is imported on first use (below)
     from ._instrumentor import AcpInstrumentor
 
 __all__ = ["AcpInstrumentor", "__version__"]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     # Imported on first use: the instrumentor pulls in opentelemetry-instrumentation (~150 ms), which
     # `acp-otel proxy`, started by editors on every agent start, does not need.
     if name == "AcpInstrumentor":

@@ -21,7 +21,6 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import shutil
 from collections.abc import Mapping, Sequence
 from urllib.parse import unquote
 
@@ -309,7 +308,12 @@ def _environment_of_interpreter(executable: str) -> tuple[str, str]:
 
 def _interpreter_of(command: str, path_env: str | None) -> str | None:
     """The Python interpreter ``command`` runs: itself if it is one, else its script's ``#!`` line."""
-    found = command if os.sep in command else shutil.which(command, path=path_env)
+    if os.sep in command:
+        found: str | None = command
+    else:
+        import shutil  # here: shutil's imports (compression modules) are not needed before the agent starts
+
+        found = shutil.which(command, path=path_env)
     if not found or not os.path.isfile(found):
         return None
     if _PYTHON_RE.match(_basename(found)):

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 from opentelemetry.trace import Span
+
+from ._otel_private import instrumentation_enabled as is_instrumentation_enabled
 
 
 class ContextFacts:

@@ -22,6 +22,10 @@ test in ``tests/test_otel_private.py`` that fails loudly when a release breaks i
   provider is looked at.
 * **Exporter entry points** (:func:`entry_points`): ``opentelemetry.util._importlib_metadata``, what the SDK's
   own configurator uses; without it, :func:`importlib.metadata.entry_points`.
+* **The suppression keys** (:func:`instrumentation_enabled`): what ``opentelemetry-instrumentation``'s
+  ``is_instrumentation_enabled`` reads (the API's ``_SUPPRESS_INSTRUMENTATION_KEY`` and the plain
+  ``"suppress_instrumentation"`` key), read here because importing that module imports wrapt and more (some
+  40 ms on every ``acp-otel proxy`` start). Without the API's key: that function itself.
 * **The propagators' loggers** (:data:`PROPAGATOR_LOGGERS`): the W3C propagators warn about a peer's
   malformed headers through loggers named after their modules. A renamed one is not filtered (its warnings
   reach the application's log).
@@ -117,6 +121,30 @@ def default_w3c_baggage(textmap: Any) -> W3CBaggagePropagator | None:
         if vars(p) or (type(p).inject, type(p).extract) != DEFAULT_W3C_METHODS[type(p)]:
             return None
     return cast(W3CBaggagePropagator, propagators[1])
+
+
+# ------------------------------------------------------------------ suppression
+
+SUPPRESS_PLAIN_KEY = "suppress_instrumentation"  # opentelemetry-instrumentation's, "for backward compatibility"
+
+
+def _instrumentation_enabled_check() -> Callable[[], bool]:
+    try:
+        from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY as key
+    except ImportError:
+        from opentelemetry.instrumentation.utils import is_instrumentation_enabled
+
+        return is_instrumentation_enabled
+    get_value = otel_context.get_value
+
+    def enabled() -> bool:
+        return not (get_value(key) or get_value(SUPPRESS_PLAIN_KEY))
+
+    return enabled
+
+
+instrumentation_enabled = _instrumentation_enabled_check()
+"""``opentelemetry.instrumentation.utils.is_instrumentation_enabled`` (same keys, same answer) without its imports."""
 
 
 # ------------------------------------------------------------------ the API's proxy instruments

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._semconv import EXTRA_TRACE_KEY_PRESETS, EXTRA_TRACE_KEY_SOURCES, RESERVED_META_KEYS
+from ._setting_values import NOTIFICATION_SPAN_MODES, TOOL_SPAN_MODES, USAGE_MODES
 
 _log = logging.getLogger("acp_otel")
 
@@ -34,13 +35,6 @@ ENV_USAGE = "OTEL_PYTHON_ACP_USAGE"
 ENV_TOOL_NAMES_FROM_TITLES = "OTEL_PYTHON_ACP_TOOL_NAMES_FROM_TITLES"
 ENV_EXTRA_TRACE_KEYS = "OTEL_PYTHON_ACP_EXTRA_TRACE_KEYS"
 
-# turn: session/update inside a turn has no span (counted / events on the turn or tool span);
-# all: a span per notification; events: an event per session/update on the turn; none: no notification spans.
-NOTIFICATION_SPAN_MODES = ("turn", "all", "none", "events")
-# auto: the side closest to the tool makes tool spans; always / never override.
-TOOL_SPAN_MODES = ("auto", "always", "never")
-# auto: the side closest to the agent reports token usage, cost and context window; always / never override.
-USAGE_MODES = ("auto", "always", "never")
 
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}

@@ -3,6 +3,10 @@
 ``acp-otel demo`` runs the example client and agent, traced, and shows the joined trace
 (see :mod:`acp_otel._demo.runner`); ``acp-otel proxy -- CMD`` relays and traces any agent
 (see :mod:`acp_otel._proxy`).
+
+Editors start ``acp-otel proxy`` on every agent start, and the agent is started before anything heavy is
+imported: ``acp-otel proxy ...`` is parsed by the proxy's own parser (argparse and :mod:`._proxy.options`
+only), without the demo's modules; the full parser is built for everything else.
 """
 
 from __future__ import annotations
@@ -10,13 +14,16 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ._demo import runner
 from ._proxy import options as proxy_options
 from .version import __version__
+
+PROXY_HELP = "relay and trace an ACP agent's stdio: acp-otel proxy [options] -- CMD [ARGS...]"
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``acp-otel`` argument parser with its subcommands."""
+    from ._demo import runner
+
     parser = argparse.ArgumentParser(
         prog="acp-otel", description="OpenTelemetry tracing for the Agent Client Protocol."
     )
@@ -38,13 +45,17 @@ def build_parser() -> argparse.ArgumentParser:
     runner.add_arguments(demo)
     demo.set_defaults(handler=_demo)
 
-    proxy = commands.add_parser(
-        "proxy",
-        help="relay and trace an ACP agent's stdio: acp-otel proxy [options] -- CMD [ARGS...]",
-        description=proxy_options.DESCRIPTION,
-    )
+    proxy = commands.add_parser("proxy", help=PROXY_HELP, description=proxy_options.DESCRIPTION)
     proxy_options.add_arguments(proxy)
     proxy.set_defaults(handler=_proxy)
+    return parser
+
+
+def _proxy_parser() -> argparse.ArgumentParser:
+    """The parser of ``acp-otel proxy`` alone: what ``build_parser``'s proxy subcommand parses, lighter."""
+    parser = argparse.ArgumentParser(prog="acp-otel proxy", description=proxy_options.DESCRIPTION)
+    proxy_options.add_arguments(parser)
+    parser.set_defaults(handler=_proxy, command="proxy")
     return parser
 
 
@@ -55,20 +66,30 @@ def _proxy(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    from ._demo import runner
+
     return runner.run_demo(runner.options_from_args(args))
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``acp-otel`` console script; returns the exit status."""
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["proxy"]:  # the editor's path: nothing but the proxy's options before the agent starts
+        args = _proxy_parser().parse_args(argv[1:])
+    else:
+        args = build_parser().parse_args(argv)
     try:
         return int(args.handler(args))
-    except runner.DemoError as exc:
-        print(f"acp-otel {args.command}: error: {exc}", file=sys.stderr)
-        return 1
     except KeyboardInterrupt:
         print(f"acp-otel {args.command}: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:
+        from ._demo.runner import DemoError
+
+        if not isinstance(exc, DemoError):
+            raise
+        print(f"acp-otel {args.command}: error: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -2,40 +2,56 @@
 
 Usage::
 
-    .venv/bin/python benchmarks/proxy.py            # full run (about a minute)
-    .venv/bin/python benchmarks/proxy.py --smoke    # short CI run
+    .venv/bin/python benchmarks/proxy.py            # full run (a few minutes with the real agents)
+    .venv/bin/python benchmarks/proxy.py --smoke    # short CI run (the example agent only)
 
-An "editor" (this process) sends a JSON-RPC request and waits for the answer of an echo agent (a
+Round trip: an "editor" (this process) sends a JSON-RPC request and waits for the answer of an echo agent (a
 small process that answers every request at once), over real pipes. Four connections are open at the
 same time and measured interleaved, in a rotating order, round after round:
 
 * ``direct``       editor -> agent;
-* ``plain-relay``  editor -> a process that only copies lines (readline, write) -> agent;
-* ``proxy-off``    editor -> ``acp-otel proxy`` with tracing off (``OTEL_TRACES_EXPORTER=none``) -> agent;
+* ``plain-relay``  editor -> a process that only copies bytes both ways -> agent;
+* ``proxy-off``    editor -> ``acp-otel proxy`` with its telemetry off (``OTEL_TRACES_EXPORTER=none``,
+  ``OTEL_METRICS_EXPORTER=none``) -> agent;
 * ``proxy-traced`` editor -> ``acp-otel proxy`` exporting OTLP/HTTP to a receiver on loopback -> agent.
 
-Each request carries an ``_meta`` object, as a traced editor's would. Start-up: time from starting
-the command to the answer of the first request, direct vs through the traced proxy, interleaved.
-Figures are printed; nothing is asserted.
+Each request carries an ``_meta`` object, as a traced editor's would.
+
+Start-up, as an editor sees it: from starting the command to the answer of its ``initialize``, for the example
+agent and for each real agent installed (Qwen Code and Claude Code's adapter from ``tests/real_agents``, after
+``npm install --no-save`` there; Gemini CLI when ``@google/gemini-cli`` is installed there or ``gemini`` is on
+``PATH``), each started offline (private ``HOME``, model endpoints on a closed loopback port: ``initialize``
+needs no model). Three ways, interleaved in a rotating order, round after round: ``direct``,
+``plain-relay`` (``_plain_relay.py``: spawns the agent first thing, then copies bytes both ways) and ``proxy``
+(traced, exporting to the loopback receiver; the same ``OTEL_*`` environment reaches all three). After each
+start the agent's process group is killed. Medians are printed with the bound the proxy is held to: at most
+twice what the plain relay adds, or 30 ms, whichever is larger. Nothing is asserted.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import shutil
+import signal
 import statistics
 import subprocess
 import sys
-import threading
+import tempfile
 import time
-from typing import IO, Any
+from pathlib import Path
+from typing import Any
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 ECHO = [sys.executable, os.path.abspath(__file__), "--echo-agent"]
-PLAIN = [sys.executable, os.path.abspath(__file__), "--plain-relay", "--"]
+PLAIN = [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "_plain_relay.py"), "--"]
 PROXY = [sys.executable, "-m", "acp_otel.cli", "proxy", "--"]
+# As editors start it: the console script (what it imports is what an editor pays), when installed.
+_SCRIPT = os.path.join(os.path.dirname(sys.executable), "acp-otel")
+PROXY_START = [_SCRIPT, "proxy", "--"] if os.path.exists(_SCRIPT) else PROXY
 
 REQUEST = (
     '{{"jsonrpc":"2.0","id":{id},"method":"session/prompt","params":{{"sessionId":"sess-1",'
@@ -59,23 +75,6 @@ def echo_agent() -> None:
             answer = {"jsonrpc": "2.0", "id": message["id"], "result": {"stopReason": "end_turn"}}
             out.write(json.dumps(answer).encode() + b"\n")
             out.flush()
-
-
-def plain_relay(command: list[str]) -> None:
-    """The least a relay can do: copy lines both ways, nothing parsed."""
-    proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    assert proc.stdin is not None and proc.stdout is not None
-
-    def copy(src: IO[bytes], dst: IO[bytes], close: bool) -> None:
-        for line in iter(src.readline, b""):
-            dst.write(line)
-            dst.flush()
-        if close:
-            dst.close()
-
-    threading.Thread(target=copy, args=(sys.stdin.buffer, proc.stdin, True), daemon=True).start()
-    copy(proc.stdout, sys.stdout.buffer, False)
-    sys.exit(proc.wait())
 
 
 # ----------------------------------------------------------------------------------- measuring
@@ -124,7 +123,7 @@ def measure_round_trips(rounds: int, per_round: int, sink_env: dict[str, str]) -
     connections = [
         Connection("direct", ECHO, _env()),
         Connection("plain-relay", [*PLAIN, *ECHO], _env()),
-        Connection("proxy-off", [*PROXY, *ECHO], _env(OTEL_TRACES_EXPORTER="none")),
+        Connection("proxy-off", [*PROXY, *ECHO], _env(OTEL_TRACES_EXPORTER="none", OTEL_METRICS_EXPORTER="none")),
         Connection("proxy-traced", [*PROXY, *ECHO], _env(**sink_env)),
     ]
     try:
@@ -142,20 +141,120 @@ def measure_round_trips(rounds: int, per_round: int, sink_env: dict[str, str]) -
     return {conn.name: conn.samples for conn in connections}
 
 
-def measure_start_up(repeats: int, sink_env: dict[str, str]) -> dict[str, list[float]]:
-    variants = {"direct": (ECHO, _env()), "proxy-traced": ([*PROXY, *ECHO], _env(**sink_env))}
-    results: dict[str, list[float]] = {name: [] for name in variants}
-    for _ in range(repeats):
-        for name, (command, env) in variants.items():
-            t0 = time.perf_counter()
-            conn = Connection(name, command, env)
-            conn.round_trip()
-            results[name].append(time.perf_counter() - t0)
-            conn.close()
+INITIALIZE = (
+    b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1,'
+    b'"clientCapabilities":{"fs":{"readTextFile":false,"writeTextFile":false},"terminal":false}}}\n'
+)
+REAL_AGENTS = REPO + "/tests/real_agents/node_modules"
+START_VARIANTS = ("direct", "plain-relay", "proxy")
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_up_agents(home: Path, smoke: bool) -> list[tuple[str, list[str], dict[str, str]]]:
+    """The agents to start: the example agent, and the real ones that are installed (none in smoke mode)."""
+    agents = [("example", [sys.executable, os.path.join(REPO, "examples", "agent.py")], {})]
+    node = shutil.which("node")
+    if smoke or node is None:
+        return agents
+    dead = f"http://127.0.0.1:{_closed_port()}"  # initialize needs no model: any call would fail at once
+    private = {"HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config"), "XDG_CACHE_HOME": str(home / ".cache")}
+    qwen = Path(REAL_AGENTS, "@qwen-code", "qwen-code", "cli-entry.js")
+    if qwen.exists():
+        (home / ".qwen").mkdir(parents=True, exist_ok=True)
+        settings = {
+            "security": {"auth": {"selectedType": "openai"}},
+            "model": {"name": "scripted-model"},
+            "privacy": {"usageStatisticsEnabled": False},
+            "general": {"enableAutoUpdate": False},
+        }
+        (home / ".qwen" / "settings.json").write_text(json.dumps(settings))
+        env = {**private, "OPENAI_API_KEY": "dummy", "OPENAI_BASE_URL": f"{dead}/v1", "OPENAI_MODEL": "scripted-model"}
+        agents.append(("qwen-code", [node, str(qwen), "--acp"], {**env, "QWEN_CODE_DISABLE_PRECONNECT": "1"}))
+    claude = Path(REAL_AGENTS, "@zed-industries", "claude-agent-acp", "dist", "index.js")
+    if claude.exists():
+        env = {**private, "ANTHROPIC_BASE_URL": dead, "ANTHROPIC_API_KEY": "dummy", "DISABLE_TELEMETRY": "1"}
+        env.update(DISABLE_AUTOUPDATER="1", DISABLE_ERROR_REPORTING="1", CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1")
+        agents.append(("claude-agent-acp", [node, str(claude)], env))
+    gemini_js = Path(REAL_AGENTS, "@google", "gemini-cli", "bundle", "gemini.js")
+    gemini = (
+        [node, str(gemini_js)]
+        if gemini_js.exists()
+        else ([shutil.which("gemini") or ""] if shutil.which("gemini") else [])
+    )
+    if gemini:
+        (home / ".gemini").mkdir(parents=True, exist_ok=True)
+        settings = {
+            "security": {"auth": {"selectedType": "gemini-api-key"}, "folderTrust": {"enabled": False}},
+            "privacy": {"usageStatisticsEnabled": False},
+        }
+        (home / ".gemini" / "settings.json").write_text(json.dumps(settings))
+        env = {**private, "GEMINI_API_KEY": "dummy", "GOOGLE_GEMINI_BASE_URL": dead, "GEMINI_CLI_NO_RELAUNCH": "true"}
+        agents.append(("gemini-cli", [*gemini, "--acp"], env))
+    return agents
+
+
+def _start_once(command: list[str], env: dict[str, str]) -> float:
+    """Seconds from starting ``command`` to the answer of its ``initialize``; the process group is then killed."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(
+        command,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(INITIALIZE)
+        proc.stdin.flush()
+        while True:
+            line = proc.stdout.readline()
+            if not line:
+                raise RuntimeError(f"{command}: ended before answering initialize")
+            try:
+                message = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(message, dict) and message.get("id") == 0 and "method" not in message:
+                elapsed = time.perf_counter() - t0
+                if "error" in message:
+                    raise RuntimeError(f"{command}: initialize failed: {message['error']}")
+                return elapsed
+    finally:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def measure_start_up(rounds: int, sink_env: dict[str, str], smoke: bool) -> dict[str, dict[str, list[float]]]:
+    results: dict[str, dict[str, list[float]]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        agents = start_up_agents(Path(tmp), smoke)
+        for r in range(rounds + 1):  # the first round warms the caches and is not counted
+            for name, command, agent_env in agents:
+                env = {**_env(**sink_env), **agent_env}
+                variants = {"direct": command, "plain-relay": [*PLAIN, *command], "proxy": [*PROXY_START, *command]}
+                order = START_VARIANTS[r % 3 :] + START_VARIANTS[: r % 3]
+                for variant in order:
+                    try:
+                        elapsed = _start_once(variants[variant], env)
+                    except RuntimeError as exc:
+                        print(f"start-up of {name} ({variant}) failed: {exc}", file=sys.stderr)
+                        continue
+                    if r:
+                        results.setdefault(name, {v: [] for v in START_VARIANTS})[variant].append(elapsed)
     return results
 
 
-def report(trips: dict[str, list[float]], start: dict[str, list[float]], per_round: int) -> None:
+def report_trips(trips: dict[str, list[float]], per_round: int) -> None:
     rounds = len(trips["direct"])
     print(f"round trip (median of {per_round} per round, {rounds} rounds interleaved), milliseconds")
     print(f"{'variant':<14} {'median':>8} {'min':>8} {'max':>8} {'added vs direct':>16}")
@@ -170,34 +269,43 @@ def report(trips: dict[str, list[float]], start: dict[str, list[float]], per_rou
     if plain > 0:
         for name in ("proxy-off", "proxy-traced"):
             print(f"{name} adds {added[name] / plain:.2f}x what the plain relay adds")
-    print("start-up (spawn to first answer), milliseconds")
-    for name, samples in start.items():
-        print(f"{name:<14} {_ms(statistics.median(samples))} (median of {len(samples)})")
-    print(
-        f"the traced proxy adds {_ms(statistics.median(start['proxy-traced']) - statistics.median(start['direct']))}"
-        " ms to the start-up"
-    )
+
+
+def report_start(start: dict[str, dict[str, list[float]]]) -> None:
+    print("start-up: spawn to the initialize answer, milliseconds (medians of interleaved rounds)")
+    print(f"{'agent':<18} {'direct':>9} {'plain':>9} {'proxy':>9} {'plain adds':>11} {'proxy adds':>11} {'bound':>9}")
+    for agent, samples in start.items():
+        if not all(samples.values()):
+            continue
+        medians = {v: statistics.median(s) for v, s in samples.items()}
+        plain_adds = medians["plain-relay"] - medians["direct"]
+        proxy_adds = medians["proxy"] - medians["direct"]
+        bound = max(2 * plain_adds, 0.030)
+        verdict = "within" if proxy_adds <= bound else "OVER"
+        print(
+            f"{agent:<18} {_ms(medians['direct']):>9} {_ms(medians['plain-relay']):>9} {_ms(medians['proxy']):>9} "
+            f"{_ms(plain_adds):>11} {_ms(proxy_adds):>11} {_ms(bound):>9} {verdict} "
+            f"(n={len(samples['direct'])})"
+        )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--smoke", action="store_true", help="short run for CI")
     parser.add_argument("--rounds", type=int)
     parser.add_argument("--per-round", type=int, default=50)
+    parser.add_argument("--start-rounds", type=int, help="start-up rounds (default 2 with --smoke, else 15)")
+    parser.add_argument("--start-up-only", action="store_true", help="skip the round trips")
     parser.add_argument("--echo-agent", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--plain-relay", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("command", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.echo_agent:
         echo_agent()
-        return
-    if args.plain_relay:
-        plain_relay(args.command[1:] if args.command[:1] == ["--"] else args.command)
         return
     # The demo's loopback OTLP/HTTP receiver (the benchmarks import nothing from tests/).
     from acp_otel._demo.receiver import OtlpReceiver
 
     rounds = args.rounds if args.rounds is not None else (3 if args.smoke else 30)
+    start_rounds = args.start_rounds if args.start_rounds is not None else (2 if args.smoke else 15)
     with OtlpReceiver() as sink:
         sink_env: dict[str, Any] = {
             "OTEL_EXPORTER_OTLP_ENDPOINT": sink.http_endpoint,
@@ -207,10 +315,13 @@ def main() -> None:
             "OTEL_LOGS_EXPORTER": "none",
             "OTEL_BSP_SCHEDULE_DELAY": "100",
         }
-        trips = measure_round_trips(rounds, args.per_round if not args.smoke else 20, sink_env)
-        start = measure_start_up(3 if args.smoke else 10, sink_env)
-        report(trips, start, args.per_round if not args.smoke else 20)
-        print(f"spans received by the loopback OTLP receiver: {len(sink.spans())}")
+        per_round = args.per_round if not args.smoke else 20
+        trips = {} if args.start_up_only else measure_round_trips(rounds, per_round, sink_env)
+        start = measure_start_up(start_rounds, sink_env, args.smoke)
+        if trips:
+            report_trips(trips, per_round)
+            print(f"spans received by the loopback OTLP receiver: {len(sink.spans())}")
+        report_start(start)
 
 
 if __name__ == "__main__":

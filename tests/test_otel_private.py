@@ -261,3 +261,20 @@ async def test_the_engine_builds_handler_contexts_through_the_api_when_it_must(
     read = one(spans, "fs/read_text_file", trace.SpanKind.CLIENT)
     tool = one(spans, "execute_tool read", trace.SpanKind.INTERNAL)
     assert parent_of(tool) == span_id(served) and parent_of(read) == span_id(tool)
+
+
+def test_instrumentation_enabled_reads_what_the_instrumentations_read() -> None:
+    """Same answer as opentelemetry-instrumentation's is_instrumentation_enabled, suppressed or not, either key."""
+    from opentelemetry import context
+    from opentelemetry.instrumentation.utils import is_instrumentation_enabled, suppress_instrumentation
+
+    assert otel_private.instrumentation_enabled is not is_instrumentation_enabled  # the API's key was found
+    assert otel_private.instrumentation_enabled() is is_instrumentation_enabled() is True
+    with suppress_instrumentation():
+        assert otel_private.instrumentation_enabled() is is_instrumentation_enabled() is False
+    token = context.attach(context.set_value(otel_private.SUPPRESS_PLAIN_KEY, True))
+    try:
+        assert otel_private.instrumentation_enabled() is is_instrumentation_enabled() is False
+    finally:
+        context.detach(token)
+    assert otel_private.instrumentation_enabled() is True

@@ -106,7 +106,7 @@ def test_signals_are_forwarded(tmp_path: Path, signum: int) -> None:
     send, marker = tmp_path / "send", tmp_path / "signals"
     send.write_bytes(b'{"jsonrpc":"2.0","method":"ready"}\n')
     agent = [*RAW_PEER, str(tmp_path / "rec"), str(send), "--trap-signals", str(marker)]
-    proc = start(agent, base_env(OTEL_TRACES_EXPORTER="none"))
+    proc = start(agent, base_env(OTEL_TRACES_EXPORTER="none", OTEL_METRICS_EXPORTER="none"))
     try:
         read_until(proc, b'"ready"')  # the agent has installed its handlers
         proc.send_signal(signum)
@@ -237,7 +237,7 @@ def test_editor_closing_its_end_ends_the_agents_output(tmp_path: Path) -> None:
     send = tmp_path / "send"
     send.write_bytes(b"")
     agent = [*RAW_PEER, str(tmp_path / "rec"), str(send), "--flood", str(16 * 1024 * 1024)]
-    proc = start(agent, base_env(OTEL_TRACES_EXPORTER="none", PYTHONWARNINGS="ignore"))
+    proc = start(agent, base_env(OTEL_TRACES_EXPORTER="none", OTEL_METRICS_EXPORTER="none", PYTHONWARNINGS="ignore"))
     assert proc.stdout is not None and proc.stdin is not None
     proc.stdout.read(65536)
     proc.stdout.close()

@@ -226,7 +226,7 @@ def test_sigkilled_proxy_takes_the_agent_with_it(mark: str) -> None:
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
-        env=base_env(OTEL_TRACES_EXPORTER="none", **{MARK: mark}),
+        env=base_env(OTEL_TRACES_EXPORTER="none", OTEL_METRICS_EXPORTER="none", **{MARK: mark}),
     )
     assert proc.stdin is not None and proc.stdout is not None
     try:
@@ -254,7 +254,7 @@ def test_agent_exit_ends_the_proxy_while_its_child_holds_stdout(mark: str) -> No
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
-        env=base_env(OTEL_TRACES_EXPORTER="none", **{MARK: mark}),
+        env=base_env(OTEL_TRACES_EXPORTER="none", OTEL_METRICS_EXPORTER="none", **{MARK: mark}),
     )
     try:
         assert proc.wait(30) == 3  # stdin still open: the agent's exit alone ends the proxy
@@ -276,7 +276,7 @@ def test_agent_output_is_relayed_whole_though_its_child_holds_stdout(mark: str) 
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
-        env=base_env(OTEL_TRACES_EXPORTER="none", **{MARK: mark}),
+        env=base_env(OTEL_TRACES_EXPORTER="none", OTEL_METRICS_EXPORTER="none", **{MARK: mark}),
     )
     assert proc.stdin is not None and proc.stdout is not None
     try:

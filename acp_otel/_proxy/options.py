@@ -1,16 +1,16 @@
-"""Command-line options of ``acp-otel proxy`` (argparse only: this module is imported on every start)."""
+"""Command-line options of ``acp-otel proxy`` (argparse only: imported on every start, before the agent is started)."""
 
 from __future__ import annotations
 
 import argparse
-import logging
 import os
-import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
 
-from .. import _settings as settings
+from .._setting_values import NOTIFICATION_SPAN_MODES, TOOL_SPAN_MODES
+
+TYPE_CHECKING = False  # not typing's: this module is imported before the agent starts (type checkers see True)
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
 
 ENV_DEBUG = "OTEL_PYTHON_ACP_PROXY_DEBUG"
 DEFAULT_MAX_LINE_BYTES = 16 * 1024 * 1024
@@ -28,29 +28,26 @@ DESCRIPTION = (
 )
 
 
-_PREFIX_RE = re.compile(r"^(?:acp[_-]otel(?: proxy)?: )+")
-
-
-class DiagnosticFormatter(logging.Formatter):
-    """``-v`` diagnostics: ``acp-otel proxy: MESSAGE`` (``acp-otel proxy: opentelemetry...: MESSAGE`` for
-    the OpenTelemetry SDK's own), never a doubled prefix whatever prefix a message already carries."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        message = _PREFIX_RE.sub("", super().format(record))
-        source = "" if record.name.split(".")[0] == "acp_otel" else f"{record.name}: "
-        return f"acp-otel proxy: {source}{message}"
-
-
-@dataclass(frozen=True)
 class ProxyOptions:
     """What ``acp-otel proxy`` was asked to do."""
 
-    command: tuple[str, ...]
-    service_name: str | None = None
-    settings_options: dict[str, Any] = field(default_factory=dict)
-    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
-    flush_timeout_s: float = DEFAULT_FLUSH_TIMEOUT_S
-    verbose: bool = False
+    __slots__ = ("command", "flush_timeout_s", "max_line_bytes", "service_name", "settings_options", "verbose")
+
+    def __init__(
+        self,
+        command: tuple[str, ...],
+        service_name: str | None = None,
+        settings_options: dict[str, Any] | None = None,
+        max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+        flush_timeout_s: float = DEFAULT_FLUSH_TIMEOUT_S,
+        verbose: bool = False,
+    ) -> None:
+        self.command = command
+        self.service_name = service_name
+        self.settings_options: dict[str, Any] = settings_options if settings_options is not None else {}
+        self.max_line_bytes = max_line_bytes
+        self.flush_timeout_s = flush_timeout_s
+        self.verbose = verbose
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -58,7 +55,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--service-name",
         metavar="NAME",
-        help="service.name of the proxy's spans (default: CMD's name + '-proxy'; the agent is named after CMD)",
+        help="service.name of the proxy's telemetry, over OTEL_SERVICE_NAME (default: OTEL_SERVICE_NAME, else "
+        "service.name in OTEL_RESOURCE_ATTRIBUTES, else CMD's name + '-proxy'; the agent is named after CMD)",
     )
     parser.add_argument(
         "--capture-content",
@@ -68,12 +66,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--notification-spans",
-        choices=settings.NOTIFICATION_SPAN_MODES,
+        choices=NOTIFICATION_SPAN_MODES,
         help="spans for notifications (OTEL_PYTHON_ACP_NOTIFICATION_SPANS)",
     )
     parser.add_argument(
         "--tool-spans",
-        choices=settings.TOOL_SPAN_MODES,
+        choices=TOOL_SPAN_MODES,
         help="tool call spans (OTEL_PYTHON_ACP_TOOL_SPANS)",
     )
     parser.add_argument(

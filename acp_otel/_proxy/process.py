@@ -2,9 +2,13 @@
 
 Lifecycle (docs/proxy-lifecycle.md has the whole story):
 
-* the agent is started first, in a process group of its own (so that a signal reaches all of it, as a
-  terminal's Ctrl-C would) and, on Linux, set to be killed if the proxy dies (``PR_SET_PDEATHSIG``), so
-  that it never outlives a SIGKILLed proxy; telemetry is configured while it starts;
+* the agent is started first, before anything heavy is imported (this module imports only what spawning
+  needs; logging, the engine and OpenTelemetry come after), in a process group of its own (so that a signal
+  reaches all of it, as a terminal's Ctrl-C would) and, on Linux, set to be killed if the proxy dies
+  (``PR_SET_PDEATHSIG``), so that it never outlives a SIGKILLed proxy. The signal handlers are installed
+  before it is spawned;
+* telemetry is set up in a thread beside the relay (:class:`_Tracing`): lines wait for the engine only; spans
+  made before the SDK is ready are recorded once it is (:mod:`.deferred`);
 * end of the editor's input closes the agent's stdin; the agent's exit ends the proxy: what the agent
   wrote is relayed, without waiting for end of file (a child of the agent may hold its stdout for
   ever), pending spans end with an error, spans are flushed (bounded), and the proxy exits with the
@@ -17,7 +21,6 @@ Lifecycle (docs/proxy-lifecycle.md has the whole story):
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import select
 import signal
@@ -25,12 +28,23 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any
 
 from .._child_env import proxy_agent_environment
-from .options import DiagnosticFormatter, ProxyOptions
 
-_log = logging.getLogger("acp_otel")
+# Not typing's, nor logging at import: this module runs before the agent is started (type checkers see True).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import logging
+    from typing import Any
+
+    from .options import ProxyOptions
+
+
+def _logger() -> logging.Logger:
+    import logging
+
+    return logging.getLogger("acp_otel")
+
 
 FORWARDED_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP") if hasattr(signal, name))
 # After the agent exits, at most this long relaying what it wrote (only an editor that stops reading
@@ -38,26 +52,9 @@ FORWARDED_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT"
 OUTPUT_DRAIN_TIMEOUT_S = 0.25
 # The flush after a forwarded signal: the SDK's editor SIGKILLs 2 s after its SIGTERM, acpx 1.5 s.
 SIGNAL_FLUSH_BUDGET_S = 1.0
+# Spans kept for the SDK before the agent's first output: past this many, the SDK is set up at once.
+EARLY_SPANS = 1000
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-
-
-def _configure_logging(verbose: bool) -> None:
-    # Without a handler, logging's last resort would print library warnings (e.g. export retries
-    # against a dead endpoint) on stderr; diagnostics appear only when asked for.
-    for name in ("acp_otel", "opentelemetry"):
-        logger = logging.getLogger(name)
-        logger.propagate = False
-        if verbose:
-            handler = logging.StreamHandler(sys.stderr)
-            handler.setFormatter(DiagnosticFormatter())
-            logger.addHandler(handler)
-            logger.setLevel(logging.DEBUG)
-        else:
-            logger.addHandler(logging.NullHandler())
-    if not verbose:
-        import warnings
-
-        warnings.simplefilter("ignore")
 
 
 def _child_setup() -> Any:
@@ -107,60 +104,221 @@ def _spawn(command: tuple[str, ...]) -> subprocess.Popen[bytes] | int:
 
 
 class _Signals:
-    """Forwards SIGTERM, SIGINT and SIGHUP to the agent's process group while the agent runs."""
+    """Forwards SIGTERM, SIGINT and SIGHUP to the agent's process group while the agent runs.
 
-    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
-        self.proc = proc
+    Installed before the agent is spawned: a signal that arrives before the agent's process is known is
+    kept and forwarded as soon as it is (:meth:`started`), so none is lost and none kills the proxy alone.
+    """
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.pending: list[int] = []
         self.forwarded = False  # a signal reached the agent: the editor is waiting for the proxy's exit
         for signum in FORWARDED_SIGNALS:
             signal.signal(signum, self._forward)
 
+    def started(self, proc: subprocess.Popen[bytes]) -> None:
+        """The agent runs: forward what arrived before (the handler runs between this method's steps too)."""
+        self.proc = proc
+        while self.pending:
+            self._forward(self.pending.pop(0), None)
+
     def _forward(self, signum: int, _frame: Any) -> None:
-        if self.proc.returncode is not None:
+        proc = self.proc
+        if proc is None:
+            self.pending.append(signum)
+            return
+        if proc.returncode is not None:
             return  # the agent has exited; what stays of its group stays, as it would without the proxy
         self.forwarded = True
-        _log.debug("acp_otel proxy: forwarding signal %d to the agent's process group", signum)
+        _logger().debug("acp_otel proxy: forwarding signal %d to the agent's process group", signum)
         try:
-            os.killpg(self.proc.pid, signum)  # the agent leads its own group (see _child_setup)
+            os.killpg(proc.pid, signum)  # the agent leads its own group (see _child_setup)
         except (ProcessLookupError, PermissionError, AttributeError):
             with contextlib.suppress(ProcessLookupError, OSError):
-                self.proc.send_signal(signum)
+                proc.send_signal(signum)
 
     def flush_timeout(self, configured_s: float) -> float:
         """The flush bound: ``configured_s``, cut to :data:`SIGNAL_FLUSH_BUDGET_S` after a forwarded signal."""
         return min(configured_s, SIGNAL_FLUSH_BUDGET_S) if self.forwarded else configured_s
 
 
-def _build_tracer(options: ProxyOptions) -> tuple[Any, Any]:
-    """The telemetry and the message tracer (``None`` when tracing is off); never raises."""
-    try:
+def _exporter_names(variable: str) -> list[str]:
+    names = [n.strip().lower() for n in (os.environ.get(variable, "").strip() or "otlp").split(",") if n.strip()]
+    return [n for n in names if n != "none"]
+
+
+class _Tracing:
+    """The engine and the telemetry, set up in a thread beside the relay (see docs/proxy-lifecycle.md).
+
+    Lines wait only for the engine (the OpenTelemetry API and acp-otel's own modules), never for the SDK
+    and the exporters: until those are ready, spans and metric records are made by :mod:`.deferred` and
+    recorded once they are. The SDK is set up once the agent has started (its first line of output), so that
+    its imports do not take the CPU from the agent's start; or when :data:`EARLY_SPANS` spans wait, or when
+    the agent exits. A sampler or a traces exporter :mod:`.deferred` cannot stand in for (a plug-in) makes
+    lines wait for the whole set-up instead, which then starts at once.
+    """
+
+    def __init__(self, options: ProxyOptions, traces: bool, metrics: bool) -> None:
+        self.options = options
+        self.traces = traces
+        self.metrics = metrics
+        self.ready = threading.Event()  # lines may go to self.tracer (None: relay them untraced)
+        self.done = threading.Event()  # the set-up is over, successful or not
+        self.released = threading.Event()  # set with ready, or when the agent's exit leaves no time to wait
+        self.go = threading.Event()  # the SDK may be set up: the agent has started (or exited)
+        self.tracer: Any = None
+        self.tel: Any = None
+        self.collector: Any = None
+        threading.Thread(target=self._setup, name="acp-otel-setup", daemon=True).start()
+
+    def handler(self, to_agent: bool) -> Any:
+        """The line handler of one direction; its first line waits for :attr:`ready`."""
+        handle: Any = None
+
+        def on_line(line: bytes) -> Any:
+            nonlocal handle
+            if handle is None:
+                self.released.wait()
+                tracer = self.tracer if self.ready.is_set() else None
+                if tracer is None:
+                    handle = _untouched
+                else:
+                    from .tracing import Direction
+
+                    handle = tracer.handler(Direction.EDITOR_TO_AGENT if to_agent else Direction.AGENT_TO_EDITOR)
+                if not to_agent:  # the agent's first output: it has started; the SDK's turn, once this line is out
+                    forward, done = handle(line)
+                    return forward, self._go_after(done)
+            return handle(line)
+
+        return on_line
+
+    def _go_after(self, done: Any) -> Any:
+        def run() -> None:
+            try:
+                if done is not None:
+                    done()
+            finally:
+                self.go.set()
+
+        return run
+
+    def _setup(self) -> None:
+        try:
+            if not self.options.verbose:
+                from .diagnostics import configure_logging
+
+                configure_logging(False)  # here, not before the relay: logging's imports are not needed there
+            from .. import _metrics
+            from .._settings import load_settings
+            from ..version import __version__
+            from . import deferred
+            from .collector import install_collector
+
+            self.collector = install_collector()  # before the settings are read: a rejected one is reported
+            settings = load_settings(self.options.settings_options)
+            decide = deferred.early_sampler() if self.traces else None
+            early = not self.traces or (
+                decide is not None and set(_exporter_names("OTEL_TRACES_EXPORTER")) <= {"otlp", "console"}
+            )
+            if early:
+                early_tracer = deferred.DeferredTracer(decide, self.go.set, EARLY_SPANS) if decide is not None else None
+                early_meters = deferred.DeferredMeterProvider() if self.metrics else None
+                instruments = _metrics.make_instruments(early_meters, __version__) if early_meters else None
+                self.tracer = self._engine(early_tracer, settings, instruments)
+                self._ready()  # from here on lines are traced; the SDK comes next
+                self.go.wait()
+            try:
+                tel = self._telemetry()
+                meter_provider = tel.add_meter_provider() if self.metrics else None
+                real_instruments = _metrics.make_instruments(meter_provider, __version__) if meter_provider else None
+            except Exception:
+                if early:  # nothing will record what the engine keeps: it stops keeping it
+                    with self.tracer.lock:
+                        if early_tracer is not None:
+                            early_tracer.attach(None, _no_ids)
+                        if instruments is not None:
+                            deferred.attach_instruments(instruments, None)
+                raise
+            if early:
+                with self.tracer.lock:  # no line is traced while the early spans are recorded
+                    if early_tracer is not None:
+                        count = early_tracer.attach(tel.tracer() if tel.enabled else None, tel.force_ids)
+                        _logger().debug(
+                            "acp_otel proxy: %d span(s) started before the SDK was ready, recorded now", count
+                        )
+                    if instruments is not None:
+                        deferred.attach_instruments(instruments, real_instruments)
+            elif tel.enabled or real_instruments is not None:
+                self.tracer = self._engine(tel.tracer() if tel.enabled else None, settings, real_instruments)
+            self.tel = tel
+            _logger().info("acp_otel proxy: exporting %s", tel.settled())
+        except Exception:
+            _logger().debug("acp_otel proxy: tracing disabled, setup failed", exc_info=True)
+        finally:
+            self._ready()
+            self.done.set()
+
+    def _ready(self) -> None:
+        self.ready.set()
+        self.released.set()
+
+    def settle(self, deadline: float) -> None:
+        """The agent has exited: give the set-up until ``deadline`` to take the lines still waiting for it,
+        then let them through untraced, so that the agent's last output is relayed in time."""
+        self.go.set()
+        self.ready.wait(max(0.0, deadline - time.monotonic()))
+        self.released.set()
+
+    def _telemetry(self) -> Any:
         from .._child_env import proxy_service_name
-        from .._settings import load_settings
         from . import telemetry
 
+        options = self.options
         derived = options.service_name or proxy_service_name(options.command)
-        tel = telemetry.configure(derived, explicit_service_name=options.service_name is not None)
-        if not tel.enabled:
-            return tel, None
+        return telemetry.configure(derived, options.service_name is not None, self.collector)
+
+    @staticmethod
+    def _engine(tracer: Any, settings: Any, instruments: Any) -> Any:
+        """A message tracer on the engine; ``tracer`` ``None``: no spans and nothing injected (metrics only)."""
+        from opentelemetry import trace
+
         from .._engine import Engine
         from .tracing import MessageTracer
 
-        settings = load_settings(options.settings_options)
-        return tel, MessageTracer(Engine(tel.tracer(), settings, _metric_instruments(tel)))
-    except Exception:
-        _log.debug("acp_otel proxy: tracing disabled, setup failed", exc_info=True)
-        return None, None
+        if tracer is None:
+            import dataclasses
+
+            tracer, settings = trace.NoOpTracer(), dataclasses.replace(settings, inject=False)
+        return MessageTracer(Engine(tracer, settings, instruments))
+
+    def finish(self, returncode: int, signals: _Signals, deadline: float) -> None:
+        """After the agent's exit: end pending spans, flush, say what was lost. The set-up is waited for until
+        ``deadline``; the flush then has the whole flush budget, or what is left of it after a forwarded
+        signal (the editor's grace is short then)."""
+        budget = signals.flush_timeout(self.options.flush_timeout_s)
+        if not self.done.wait(max(0.0, deadline - time.monotonic())):
+            sys.stderr.write(
+                f"acp-otel proxy: telemetry: not set up after {budget:g} s (--flush-timeout); nothing exported\n"
+            )
+            return
+        if signals.forwarded:
+            budget = max(0.0, deadline - time.monotonic())
+        if self.tracer is not None:
+            how = f"signal {-returncode}" if returncode < 0 else f"status {returncode}"
+            self.tracer.close(f"agent exited with {how}")
+        if self.tel is not None:
+            # Bounded (tighter after a forwarded signal); says in one line what could not be exported.
+            self.tel.finish(budget)
 
 
-def _metric_instruments(tel: Any) -> Any:
-    """The engine's metric instruments on the proxy's meter provider (built only when metrics export)."""
-    meter_provider = tel.add_meter_provider()
-    if meter_provider is None:
-        return None
-    from .._metrics import make_instruments
-    from ..version import __version__
+def _no_ids(_trace_id: int | None, _span_id: int | None) -> None:
+    """The ids hook :meth:`deferred.DeferredTracer.attach` takes, when there is no SDK to give ids to."""
 
-    return make_instruments(meter_provider, __version__)
+
+def _untouched(line: bytes) -> tuple[bytes, None]:
+    return line, None
 
 
 def _relay(
@@ -172,9 +330,9 @@ def _relay(
         try:
             pump(src, dst, handle, max_line_bytes, state)
         except OSError as exc:  # the destination is gone (EPIPE) or the source failed
-            _log.debug("acp_otel proxy: %s relay ended: %s", name, exc)
+            _logger().debug("acp_otel proxy: %s relay ended: %s", name, exc)
         except Exception:
-            _log.debug("acp_otel proxy: %s relay failed", name, exc_info=True)
+            _logger().debug("acp_otel proxy: %s relay failed", name, exc_info=True)
         finally:
             on_end()
 
@@ -185,23 +343,27 @@ def _relay(
 
 def run(options: ProxyOptions) -> int:
     """Run the proxy until the agent exits; returns the exit status (or re-raises the agent's signal)."""
-    _configure_logging(options.verbose)
     if not options.command:
         sys.stderr.write("acp-otel proxy: no agent command given (acp-otel proxy [options] -- CMD [ARGS...])\n")
         return 2
+    signals = _Signals()  # before the spawn: a signal that arrives meanwhile is forwarded once the agent runs
     proc = _spawn(options.command)
     if isinstance(proc, int):
         return proc
-    signals = _Signals(proc)
+    signals.started(proc)
+    if options.verbose:  # otherwise in the set-up thread, if there is one (nothing logs without it)
+        from .diagnostics import configure_logging
+
+        configure_logging(True)
     assert proc.stdin is not None and proc.stdout is not None
     agent_in, agent_out = proc.stdin, proc.stdout
-    tel, tracer = _build_tracer(options)
-    to_agent_handler = to_editor_handler = None
-    if tracer is not None:
-        from .tracing import Direction
-
-        to_agent_handler = tracer.handler(Direction.EDITOR_TO_AGENT)
-        to_editor_handler = tracer.handler(Direction.AGENT_TO_EDITOR)
+    tracing = None
+    if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() != "true":
+        traces, metrics = bool(_exporter_names("OTEL_TRACES_EXPORTER")), bool(_exporter_names("OTEL_METRICS_EXPORTER"))
+        if traces or metrics:
+            tracing = _Tracing(options, traces, metrics)
+    to_agent_handler = tracing.handler(True) if tracing is not None else None
+    to_editor_handler = tracing.handler(False) if tracing is not None else None
 
     def close_quietly(stream: Any) -> None:
         with contextlib.suppress(OSError):
@@ -234,13 +396,13 @@ def run(options: ProxyOptions) -> int:
         to_editor_state,
     )
     returncode = _wait(proc)
+    # The telemetry's time after the agent's exit: the set-up (if still running) and, after a signal, the flush.
+    deadline = time.monotonic() + signals.flush_timeout(options.flush_timeout_s)
+    if tracing is not None:
+        tracing.settle(deadline)
     _drain(to_editor, to_editor_state, agent_out, agent_out_lock, OUTPUT_DRAIN_TIMEOUT_S)
-    if tracer is not None:
-        how = f"signal {-returncode}" if returncode < 0 else f"status {returncode}"
-        tracer.close(f"agent exited with {how}")
-    if tel is not None:
-        # Bounded (tighter after a forwarded signal); says in one line what could not be exported.
-        tel.finish(signals.flush_timeout(options.flush_timeout_s))
+    if tracing is not None:
+        tracing.finish(returncode, signals, deadline)
     if returncode < 0:
         _die_of(-returncode)
     return returncode

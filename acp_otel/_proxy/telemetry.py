@@ -43,6 +43,10 @@ from urllib.parse import urlsplit
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
+
+from .collector import Collector as _Collector
+from .collector import install_collector
 
 _log = logging.getLogger("acp_otel")
 
@@ -128,16 +132,22 @@ def otlp_protocol(signal_name: str = "TRACES") -> str:
     return "grpc" if protocol == "grpc" else "http/protobuf"
 
 
-def traces_endpoint() -> tuple[str, bool]:
-    """The OTLP traces endpoint the exporter uses, and whether it is the default (nothing configured)."""
-    grpc = otlp_protocol() == "grpc"
-    specific = _env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+def otlp_endpoint(signal_name: str = "TRACES") -> tuple[str, bool]:
+    """The OTLP endpoint the exporter of ``signal_name`` (``TRACES``, ``METRICS``) uses, and whether it is the
+    default (nothing configured)."""
+    grpc = otlp_protocol(signal_name) == "grpc"
+    specific = _env(f"OTEL_EXPORTER_OTLP_{signal_name}_ENDPOINT")
     if specific:
         return specific, False
     base = _env("OTEL_EXPORTER_OTLP_ENDPOINT")
     if grpc:
         return base or _DEFAULT_GRPC, not base
-    return (base or _DEFAULT_HTTP).rstrip("/") + "/v1/traces", not base
+    return (base or _DEFAULT_HTTP).rstrip("/") + f"/v1/{signal_name.lower()}", not base
+
+
+def traces_endpoint() -> tuple[str, bool]:
+    """The OTLP traces endpoint the exporter uses, and whether it is the default (nothing configured)."""
+    return otlp_endpoint("TRACES")
 
 
 def _exporter(name: str) -> Any:
@@ -184,12 +194,62 @@ def _metric_exporter(name: str) -> Any:
     return None
 
 
-def meter_provider_from_env(resource: Any) -> Any:
-    """A meter provider exporting as ``OTEL_METRICS_EXPORTER`` says, or ``None`` when metrics are off."""
+class MetricAccount:
+    """What one metric exporter exported and how many of its exports failed."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.exported = 0
+        self.failed = 0
+
+
+def _accounted_metrics(exporter: Any, account: MetricAccount) -> Any:
+    """``exporter`` with its ``export`` counted in ``account`` (the periodic reader calls it)."""
+    from opentelemetry.sdk.metrics.export import MetricExportResult
+
+    export = exporter.export
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        result = None
+        try:
+            result = export(*args, **kwargs)
+        finally:
+            if result is MetricExportResult.SUCCESS:
+                account.exported += 1
+            else:
+                account.failed += 1
+        return result
+
+    exporter.export = counted
+    return exporter
+
+
+def metrics_exporter_names() -> list[str]:
+    """``OTEL_METRICS_EXPORTER`` as a list of names (``otlp`` when unset), ``none`` left out."""
+    names = [n.strip().lower() for n in (_env("OTEL_METRICS_EXPORTER") or "otlp").split(",") if n.strip()]
+    return [n for n in names if n != "none"]
+
+
+def traces_exporter_names() -> list[str]:
+    """``OTEL_TRACES_EXPORTER`` as a list of names (``otlp`` when unset), ``none`` left out."""
+    names = [n.strip().lower() for n in (_env("OTEL_TRACES_EXPORTER") or "otlp").split(",") if n.strip()]
+    return [n for n in names if n != "none"]
+
+
+def meter_provider_from_env(resource: Any, accounts: list[MetricAccount] | None = None) -> Any:
+    """A meter provider exporting as ``OTEL_METRICS_EXPORTER`` says, or ``None`` when metrics are off.
+
+    Each exporter's exports are counted in a :class:`MetricAccount` appended to ``accounts``."""
     if _env("OTEL_SDK_DISABLED").lower() == "true":
         return None
-    names = [n.strip().lower() for n in (_env("OTEL_METRICS_EXPORTER") or "otlp").split(",") if n.strip()]
-    exporters = [e for e in (_metric_exporter(n) for n in names if n != "none") if e is not None]
+    exporters = []
+    for name in metrics_exporter_names():
+        exporter = _metric_exporter(name)
+        if exporter is not None:
+            account = MetricAccount(name)
+            if accounts is not None:
+                accounts.append(account)
+            exporters.append(_accounted_metrics(exporter, account))
     if not exporters:
         return None
     from opentelemetry.sdk.metrics import MeterProvider
@@ -197,33 +257,6 @@ def meter_provider_from_env(resource: Any) -> Any:
 
     readers = [PeriodicExportingMetricReader(e) for e in exporters]
     return MeterProvider(metric_readers=readers, resource=resource, shutdown_on_exit=False)
-
-
-class _Collector(logging.Handler):
-    """Keeps the warnings of ``acp_otel`` (rejected settings, unknown exporters) and the errors of the
-    OpenTelemetry exporters, for the exit report."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.warnings: list[str] = []
-        self.export_errors: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            message = strip_prefix(record.getMessage()).splitlines()[0] if record.getMessage() else ""
-        except Exception:
-            return
-        target = self.warnings if record.name.split(".")[0] == "acp_otel" else self.export_errors
-        if message and message not in target and len(target) < 20:
-            target.append(message)
-
-
-_PREFIX_RE = re.compile(r"^(?:acp[_-]otel(?: proxy)?: )+")
-
-
-def strip_prefix(message: str) -> str:
-    """A diagnostic without its ``acp_otel: `` / ``acp_otel proxy: `` prefixes (the handler adds one)."""
-    return _PREFIX_RE.sub("", message)
 
 
 def _probe(url: str) -> str:
@@ -269,24 +302,49 @@ def describe_loss(lost: int, exported: int, endpoint: str, default: bool, protoc
     return f"{what} not exported to {where}: {why_not_exported(endpoint, protocol, errors)}"
 
 
-class Telemetry:
-    """A tracer provider with batch export (or nothing at all when tracing is off), and optionally a
-    meter provider for the engine's metrics."""
+def describe_metrics_loss(failed: int, endpoint: str, default: bool, errors: list[str], spans_arrived: bool) -> str:
+    """Why metric exports failed, in one sentence (probes the endpoint's port)."""
+    what = f"metrics not exported ({failed} export{'s' if failed != 1 else ''} failed)"
+    where = f"{endpoint} (the default endpoint: OTEL_EXPORTER_OTLP_ENDPOINT is not set)" if default else endpoint
+    code = next((m.group(1) for e in errors if (m := re.search(r"code: (\d{3})", e))), None)
+    if spans_arrived and code is not None:  # the same backend took the spans: it does not take metrics
+        why = f"it answered HTTP {code} (a backend for traces only? OTEL_METRICS_EXPORTER=none turns metrics off)"
+    else:
+        why = why_not_exported(endpoint, otlp_protocol("METRICS"), errors)
+    return f"{what} to {where}: {why}"
 
-    def __init__(self, provider: Any, exporters: Sequence[_Accounted] = (), collector: _Collector | None = None):
+
+class Telemetry:
+    """A tracer provider with batch export (``None`` when tracing is off), and optionally a meter provider
+    for the engine's metrics: each signal on or off by its own settings."""
+
+    def __init__(
+        self,
+        provider: Any,
+        exporters: Sequence[_Accounted] = (),
+        collector: _Collector | None = None,
+        resource: Any = None,
+        id_generator: Any = None,
+    ):
         self.provider = provider
+        self.resource = resource if resource is not None or provider is None else provider.resource
         self.meter_provider: Any = None
+        self.metric_accounts: list[MetricAccount] = []
         self.exporters = list(exporters)
         self.collector = collector
+        self.id_generator = id_generator
+        self._metrics_built = False
 
     def add_meter_provider(self) -> Any:
         """Build the meter provider from the environment (same resource as the spans); ``None`` if off."""
-        if self.provider is not None and self.meter_provider is None:
-            self.meter_provider = meter_provider_from_env(self.provider.resource)
+        if not self._metrics_built and self.resource is not None:
+            self._metrics_built = True
+            self.meter_provider = meter_provider_from_env(self.resource, self.metric_accounts)
         return self.meter_provider
 
     @property
     def enabled(self) -> bool:
+        """Whether spans are recorded (metrics may be on either way)."""
         return self.provider is not None
 
     def tracer(self) -> trace.Tracer:
@@ -294,15 +352,45 @@ class Telemetry:
 
         return trace.get_tracer("acp_otel._proxy", __version__, tracer_provider=self.provider)
 
+    def force_ids(self, trace_id: int | None, span_id: int | None) -> None:
+        """The ids of the next span the tracer starts (``None``: random, as usual); see :class:`ReplayIds`."""
+        if self.id_generator is not None:
+            self.id_generator.force(trace_id, span_id)
+
+    def settled(self, service_hint: str = "") -> str:
+        """Where each signal goes, with which protocol, and the service name: the ``-v`` line at start."""
+        parts = []
+        for signal_name, names, on in (
+            ("traces", [e.name for e in self.exporters], self.provider is not None),
+            ("metrics", [a.name for a in self.metric_accounts], self.meter_provider is not None),
+        ):
+            if not on:
+                parts.append(f"{signal_name} off")
+                continue
+            where = []
+            for name in names:
+                if name == "otlp":
+                    endpoint, default = otlp_endpoint(signal_name.upper())
+                    protocol = otlp_protocol(signal_name.upper())
+                    where.append(f"{endpoint} ({protocol}{', the default endpoint' if default else ''})")
+                elif name == "console":
+                    where.append("stderr (console)")
+                else:
+                    where.append(f"the {name!r} exporter")
+            parts.append(f"{signal_name} to {' and '.join(where)}")
+        service = self.resource.attributes.get("service.name") if self.resource is not None else service_hint
+        return "; ".join(parts) + f"; service.name {service}"
+
     def flush(self, timeout_s: float = FLUSH_BUDGET_S) -> bool:
         """Export what is buffered, waiting at most ``timeout_s`` (the SDK's own flush has no bound)."""
-        if self.provider is None:
+        if self.provider is None and self.meter_provider is None:
             return True
         done = threading.Event()
 
         def run() -> None:
             try:
-                self.provider.force_flush()
+                if self.provider is not None:
+                    self.provider.force_flush()
                 if self.meter_provider is not None:
                     self.meter_provider.force_flush()
             except Exception:
@@ -314,7 +402,7 @@ class Telemetry:
         return done.wait(timeout_s)
 
     def problems(self, flushed: bool, timeout_s: float) -> list[str]:
-        """What went wrong with telemetry: rejected settings, spans not exported and why."""
+        """What went wrong with telemetry: rejected settings, spans and metrics not exported and why."""
         found = list(self.collector.warnings) if self.collector is not None else []
         otlp = [e for e in self.exporters if e.name == "otlp"]
         lost = sum(e.lost for e in otlp)
@@ -323,6 +411,14 @@ class Telemetry:
         endpoint, default = traces_endpoint()
         if lost:
             found.append(describe_loss(lost, exported, endpoint, default, otlp_protocol(), errors))
+        metric_failures = sum(a.failed for a in self.metric_accounts if a.name == "otlp")
+        if metric_failures:
+            metrics_endpoint, metrics_default = otlp_endpoint("METRICS")
+            metric_errors = self.collector.metric_errors if self.collector is not None else []
+            spans_arrived = exported > 0 and not lost and urlsplit(endpoint).netloc == urlsplit(metrics_endpoint).netloc
+            found.append(
+                describe_metrics_loss(metric_failures, metrics_endpoint, metrics_default, metric_errors, spans_arrived)
+            )
         if not flushed:
             unfinished = f"the export had not finished after {timeout_s:g} s (--flush-timeout); the rest is lost"
             if otlp and not lost:  # still trying: say where to, and what the endpoint looks like
@@ -351,38 +447,63 @@ class Telemetry:
         return not found
 
 
-def configure(service_name: str, explicit_service_name: bool) -> Telemetry:
-    """Build the provider from the environment; ``service_name`` applies unless the environment names one.
+class ReplayIds(IdGenerator):
+    """The SDK's random ids, except for a span the proxy already gave ids to (see :mod:`.deferred`):
+    :meth:`force` sets the next span's ids, and :meth:`generate_span_id` / :meth:`generate_trace_id` hand
+    them out once. Only the proxy's engine starts spans on this provider, under the message tracer's lock."""
+
+    def __init__(self) -> None:
+        self._random = RandomIdGenerator()
+        self._trace_id: int | None = None
+        self._span_id: int | None = None
+
+    def force(self, trace_id: int | None, span_id: int | None) -> None:
+        self._trace_id, self._span_id = trace_id, span_id
+
+    def generate_span_id(self) -> int:
+        span_id, self._span_id = self._span_id, None
+        return span_id if span_id is not None else self._random.generate_span_id()
+
+    def generate_trace_id(self) -> int:
+        trace_id, self._trace_id = self._trace_id, None
+        return trace_id if trace_id is not None else self._random.generate_trace_id()
+
+    def is_trace_id_random(self) -> bool:
+        # The SDK asks (from 1.40) whether trace ids are random: ours are, forced or not.
+        return True
+
+
+def configure(service_name: str, explicit_service_name: bool, collector: _Collector | None = None) -> Telemetry:
+    """Build the tracer provider from the environment; ``service_name`` applies unless the environment names one.
 
     ``explicit_service_name`` (``--service-name`` given) makes ``service_name`` win over the environment.
-    Also starts collecting, for :meth:`Telemetry.finish`, the warnings logged from here on (rejected
-    settings) and the exporters' errors.
+    The resource is built whatever the traces settings, for the metrics (:meth:`Telemetry.add_meter_provider`).
+    The warnings and exporters' errors :meth:`Telemetry.finish` reports are those ``collector`` (from
+    :func:`install_collector`) keeps; without one, collecting starts here.
     """
-    collector = _Collector()
-    for name in ("acp_otel", "opentelemetry.exporter"):
-        logger = logging.getLogger(name)
-        for old in [h for h in logger.handlers if isinstance(h, _Collector)]:  # configured again (tests)
-            logger.removeHandler(old)
-        logger.addHandler(collector)
+    if collector is None:
+        collector = install_collector()
     if _env("OTEL_SDK_DISABLED").lower() == "true":
         return Telemetry(None, collector=collector)
-    names = [n.strip().lower() for n in (_env("OTEL_TRACES_EXPORTER") or "otlp").split(",") if n.strip()]
-    # Only the OTLP exporter is deferred: another name may be unknown, which must be known now.
-    built = [_Accounted(n) if n == "otlp" else _exporter(n) for n in names if n != "none"]
-    exporters = [e if isinstance(e, _Accounted) else _Accounted("other", e) for e in built if e is not None]
-    if not exporters:
-        return Telemetry(None, collector=collector)
     from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     resource = Resource.create()
     named = str(resource.attributes.get("service.name", "")).startswith(_UNKNOWN_SERVICE) is False
     if explicit_service_name or not named:
         resource = resource.merge(Resource({"service.name": service_name}))
+    names = traces_exporter_names()
+    # Only the OTLP exporter is deferred: another name may be unknown, which must be known now.
+    built = [(n, _Accounted(n) if n == "otlp" else _exporter(n)) for n in names]
+    exporters = [e if isinstance(e, _Accounted) else _Accounted(n, e) for n, e in built if e is not None]
+    if not exporters:
+        return Telemetry(None, collector=collector, resource=resource)
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    ids = ReplayIds()
     # No exit hook: the proxy flushes itself, bounded, before it exits.
-    provider = TracerProvider(resource=resource, shutdown_on_exit=False)
+    provider = TracerProvider(resource=resource, shutdown_on_exit=False, id_generator=ids)
     delay = None if _env("OTEL_BSP_SCHEDULE_DELAY") else SCHEDULE_DELAY_MS
     for exporter in exporters:
         provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=delay))
-    return Telemetry(provider, exporters, collector)
+    return Telemetry(provider, exporters, collector, id_generator=ids)

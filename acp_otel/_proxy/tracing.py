@@ -74,6 +74,11 @@ class MessageTracer:
         self._lock = threading.Lock()
         self._pending: dict[Direction, dict[str, Call]] = {d: {} for d in Direction}
 
+    @property
+    def lock(self) -> threading.Lock:
+        """Held while a line is traced: whoever holds it has the engine to itself."""
+        return self._lock
+
     def handler(self, direction: Direction) -> Callable[[bytes], tuple[bytes, Callable[[], None] | None]]:
         """A line handler for :func:`acp_otel._proxy.framing.pump` in ``direction``."""
         return lambda line: self.on_line(direction, line)

@@ -32,8 +32,8 @@ def base_env(**extra: str) -> dict[str, str]:
 
 
 def untraced_env(**extra: str) -> dict[str, str]:
-    """An environment in which the proxy exports nothing."""
-    return base_env(OTEL_TRACES_EXPORTER="none", **extra)
+    """An environment in which the proxy exports nothing (traces and metrics off: each has its own switch)."""
+    return base_env(OTEL_TRACES_EXPORTER="none", OTEL_METRICS_EXPORTER="none", **extra)
 
 
 def ts_agent_command() -> list[str]:

@@ -53,7 +53,8 @@ class Span:
 class OtlpSink:
     """``with OtlpSink() as sink: env = sink.env(); ...; sink.wait_for(lambda spans: ...)``."""
 
-    def __init__(self) -> None:
+    def __init__(self, metrics_status: int = 200) -> None:
+        """``metrics_status``: what ``/v1/metrics`` answers (405: a backend that takes traces only)."""
         self.spans: list[Span] = []
         self.metrics: list[tuple[str, str]] = []  # (service.name, metric name) per exported data point set
         self.requests = 0
@@ -66,6 +67,11 @@ class OtlpSink:
 
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                if self.path.endswith("/v1/metrics") and metrics_status != 200:
+                    self.send_response(metrics_status)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 if self.path.endswith("/v1/metrics"):
                     metrics_request = ExportMetricsServiceRequest()
                     metrics_request.ParseFromString(body)

@@ -1,0 +1,355 @@
+"""The proxy's start-up: the agent first, the first messages relayed before the SDK is ready and traced as
+always; what ``-v`` says at start; every exported signal in the exit line; metrics without traces.
+
+Real processes: ``acp-otel proxy`` in front of the tests' agent (traced with acp-otel, exporting to the same
+loopback receiver), an editor writing raw lines. A slow SDK is made by a test-only ``sitecustomize``
+(``tests/proxy_peers/startup_hooks``) whose import of ``opentelemetry.sdk.trace`` waits for a file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import select
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from acp_app import open_session
+from harness import PEERS, PROXY, PY_AGENT, RAW_PEER, base_env, proxied_client
+from otlp_sink import OtlpSink, Span, closed_port
+
+from acp_otel import cli
+
+HOOKS = str(PEERS / "startup_hooks")
+EDITOR_TRACE = "0af7651916cd43dd8448eb211c80319c"
+INIT_PARENT, NEW_PARENT = "b7ad6b7169203331", "c8be7c827a314442"
+
+
+def _hooked_env(**extra: str) -> dict[str, str]:
+    env = base_env(**extra)
+    env["PYTHONPATH"] = os.pathsep.join([HOOKS, env["PYTHONPATH"]])
+    return env
+
+
+def _line(request_id: int, method: str, params: str, parent: str) -> bytes:
+    meta = f'"_meta":{{"traceparent":"00-{EDITOR_TRACE}-{parent}-01"}}'
+    return f'{{"jsonrpc":"2.0","id":{request_id},"method":"{method}","params":{{{params},{meta}}}}}\n'.encode()
+
+
+def _answer(proc: subprocess.Popen[bytes], timeout_s: float = 60) -> bytes:
+    """The proxy's next line on stdout; fails (no hang) if none comes."""
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], timeout_s)
+    assert ready, "no answer from the agent through the proxy"
+    return proc.stdout.readline()
+
+
+def _wait_for_file(path: Path, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path.name} never appeared"
+        time.sleep(0.02)
+
+
+def _the(spans: list[Span], name: str, kind: str, service: str) -> Span:
+    found = [s for s in spans if s.name == name and s.kind == kind and s.service == service]
+    assert len(found) == 1, [(s.service, s.name, s.kind) for s in spans]
+    return found[0]
+
+
+def _initialize_and_new_session(tmp_path: Path, gated: bool) -> tuple[dict[str, Span], int]:
+    """``initialize`` and ``session/new`` from a traced editor through the proxy to a traced agent; with
+    ``gated`` the proxy's SDK import is held until both are answered. The four spans, and when the gate opened."""
+    gate = tmp_path / f"gate-{gated}"
+    with OtlpSink() as sink:
+        extra = {"ACP_OTEL_TEST_SDK_GATE": str(gate)} if gated else {}
+        env = _hooked_env(**sink.env(), ACP_OTEL_TEST_SPANS="otlp", **extra)
+        command = [*PROXY, "--flush-timeout", "30", "--service-name", "proxy", "--", *PY_AGENT, "trace"]
+        proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+        assert proc.stdin is not None
+        opened = 0
+        try:
+            proc.stdin.write(_line(0, "initialize", '"protocolVersion":1,"clientCapabilities":{}', INIT_PARENT))
+            proc.stdin.flush()
+            assert b'"result"' in _answer(proc)
+            proc.stdin.write(_line(1, "session/new", f'"cwd":"{tmp_path}","mcpServers":[]', NEW_PARENT))
+            proc.stdin.flush()
+            assert b'"sessionId"' in _answer(proc)
+            if gated:
+                _wait_for_file(Path(f"{gate}.waiting"))  # the set-up is at the SDK's import, still waiting
+                assert not gate.exists()
+                opened = time.time_ns()
+                gate.touch()
+            proc.stdin.close()
+            assert proc.wait(60) == 0
+        finally:
+            with contextlib.suppress(OSError):
+                proc.kill()
+            proc.wait()
+        keys = [
+            ("initialize", "CLIENT", "proxy"),
+            ("session/new", "CLIENT", "proxy"),
+            ("initialize", "SERVER", "test-agent"),
+            ("session/new", "SERVER", "test-agent"),
+        ]
+        spans = sink.wait_for(lambda s: all(any((x.name, x.kind, x.service) == k for x in s) for k in keys))
+    return {f"{k[0]} {k[1]}": _the(spans, *k) for k in keys}, opened
+
+
+def test_first_messages_are_relayed_before_the_sdk_is_ready_and_traced_as_always(tmp_path: Path) -> None:
+    """The SDK's import held until ``initialize`` and ``session/new`` are answered: both answered, and the
+    spans, their attributes and links (editor -> proxy -> agent) are those of a run with no wait."""
+    plain, _ = _initialize_and_new_session(tmp_path, gated=False)
+    early, opened = _initialize_and_new_session(tmp_path, gated=True)
+    for spans in (plain, early):
+        for method, parent in (("initialize", INIT_PARENT), ("session/new", NEW_PARENT)):
+            proxy, agent = spans[f"{method} CLIENT"], spans[f"{method} SERVER"]
+            assert proxy.trace_id == agent.trace_id == EDITOR_TRACE
+            assert proxy.parent_id == parent  # the editor's span
+            assert agent.parent_id == proxy.span_id  # the context the proxy wrote into the forwarded message
+            assert proxy.status == "UNSET"
+    for key in ("initialize CLIENT", "session/new CLIENT"):
+        assert early[key].attributes.keys() == plain[key].attributes.keys()
+        ignored = {"acp.session.id"}  # the agent makes a new one per run
+        assert {k: v for k, v in early[key].attributes.items() if k not in ignored} == {
+            k: v for k, v in plain[key].attributes.items() if k not in ignored
+        }
+        # Recorded with the times they really had: started and ended before the SDK existed.
+        assert early[key].start_ns < early[key].end_ns < opened
+
+
+def test_the_agent_is_started_before_anything_heavy_is_imported(tmp_path: Path) -> None:
+    """At the moment the proxy starts its agent, neither OpenTelemetry nor the engine, the exporters or the demo
+    is imported (the modules loaded are listed by an audit hook on the first ``subprocess.Popen``)."""
+    modules = tmp_path / "modules"
+    env = _hooked_env(
+        OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{closed_port()}", ACP_OTEL_TEST_SPAWN_MODULES=str(modules)
+    )
+    done = subprocess.run([*PROXY, "--", "true"], input=b"", capture_output=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    loaded = modules.read_text().split()
+    assert "acp_otel._proxy.process" in loaded  # the hook saw the proxy's own spawn
+    heavy = ("opentelemetry", "acp_otel._demo", "acp_otel._engine", "acp_otel._proxy.telemetry", "google", "wrapt")
+    assert [m for m in loaded if m.startswith(heavy)] == []
+
+
+def test_an_agent_that_exits_before_the_engine_is_ready_has_all_its_output_relayed(tmp_path: Path) -> None:
+    """The engine's import held for ever, the agent writes and exits at once: every byte still reaches the
+    editor (untraced, once the flush bound is spent), the agent's status is passed on, one line says why."""
+    payload = b"".join(b'{"jsonrpc":"2.0","method":"n","params":{"i":%d}}\n' % i for i in range(200)) + b"tail"
+    send = tmp_path / "send"
+    send.write_bytes(payload)
+    env = _hooked_env(
+        OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{closed_port()}",
+        OTEL_METRICS_EXPORTER="none",
+        ACP_OTEL_TEST_SDK_GATE=str(tmp_path / "never"),
+        ACP_OTEL_TEST_GATED_MODULE="acp_otel._engine",
+    )
+    agent = [*RAW_PEER, str(tmp_path / "rec"), str(send), "--exit", "3"]
+    done = subprocess.run(
+        [*PROXY, "--flush-timeout", "0.5", "--", *agent], input=b"", capture_output=True, env=env, timeout=60
+    )
+    assert done.stdout == payload
+    assert done.returncode == 3
+    assert done.stderr.decode().splitlines() == [
+        "acp-otel proxy: telemetry: not set up after 0.5 s (--flush-timeout); nothing exported"
+    ]
+
+
+async def test_metrics_a_backend_refuses_are_in_the_exit_line() -> None:
+    """A backend that takes spans and answers 405 to metrics (as a traces-only one does): one exit line says so."""
+    with OtlpSink(metrics_status=405) as sink:
+        env = base_env(**{**sink.env(), "OTEL_METRICS_EXPORTER": "otlp", "OTEL_METRIC_EXPORT_INTERVAL": "100"})
+        async with proxied_client(PY_AGENT, env, ["--flush-timeout", "10"]) as run:
+            await open_session(run.conn)
+        assert run.returncode == 0
+        assert any(s.name == "session/new" for s in sink.spans)  # the spans did arrive
+    lines = [line for line in run.stderr.splitlines() if line.startswith("acp-otel proxy:")]
+    assert len(lines) == 1, run.stderr
+    assert "metrics not exported" in lines[0] and f"127.0.0.1:{sink.port}/v1/metrics" in lines[0], lines[0]
+    assert "HTTP 405" in lines[0] and "OTEL_METRICS_EXPORTER=none" in lines[0], lines[0]
+
+
+async def test_metrics_without_traces() -> None:
+    """``OTEL_TRACES_EXPORTER=none`` leaves the proxy's metrics on (here on stderr, never on stdout)."""
+    env = base_env(OTEL_TRACES_EXPORTER="none", OTEL_METRICS_EXPORTER="console", OTEL_METRIC_EXPORT_INTERVAL="100")
+    async with proxied_client(PY_AGENT, env) as run:
+        await open_session(run.conn)  # the SDK client reads stdout: anything but the protocol would break it
+    assert run.returncode == 0
+    assert '"name": "acp.client.operation.duration"' in run.stderr, run.stderr[-2000:]
+
+
+async def test_a_bad_metrics_setting_is_reported_with_traces_off() -> None:
+    env = base_env(OTEL_TRACES_EXPORTER="none", OTEL_METRICS_EXPORTER="bogus")
+    async with proxied_client(PY_AGENT, env) as run:
+        await open_session(run.conn)
+    assert run.returncode == 0
+    lines = [line for line in run.stderr.splitlines() if line.startswith("acp-otel proxy:")]
+    assert len(lines) == 1 and "bogus" in lines[0] and "OTEL_METRICS_EXPORTER" in lines[0], run.stderr
+
+
+@pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
+def test_verbose_says_where_telemetry_goes_at_start(protocol: str) -> None:
+    """``-v``: one line at start with each signal's endpoint and protocol and the service name settled on."""
+    port = closed_port()
+    env = base_env(
+        OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}",
+        OTEL_EXPORTER_OTLP_PROTOCOL=protocol,
+        OTEL_METRICS_EXPORTER="none",
+        OTEL_SERVICE_NAME="from-env",
+    )
+    done = subprocess.run(
+        [*PROXY, "-v", "--flush-timeout", "30", "--", "true"], input=b"", capture_output=True, env=env, timeout=60
+    )
+    assert done.returncode == 0 and done.stdout == b""
+    lines = [line for line in done.stderr.decode().splitlines() if line.startswith("acp-otel proxy: exporting ")]
+    assert len(lines) == 1, done.stderr
+    path = "/v1/traces" if protocol == "http/protobuf" else ""
+    expected = f"traces to http://127.0.0.1:{port}{path} ({protocol}); metrics off; service.name from-env"
+    assert lines[0] == f"acp-otel proxy: exporting {expected}"
+
+
+def test_help_says_the_environment_names_the_service_first(capsys: Any) -> None:
+    with pytest.raises(SystemExit):
+        cli.main(["proxy", "--help"])
+    text = re.sub(r"\s+", " ", capsys.readouterr().out)
+    service_help = text[text.rindex("--service-name NAME") :]  # the option, not the usage line
+    assert re.match(r"--service-name NAME [^-]*OTEL_SERVICE_NAME", service_help), service_help[:300]
+
+
+# ------------------------------------------------------------------ early spans and records, in process
+
+SAMPLERS = [
+    {},
+    {"OTEL_TRACES_SAMPLER": "always_on"},
+    {"OTEL_TRACES_SAMPLER": "always_off"},
+    {"OTEL_TRACES_SAMPLER": "parentbased_always_off"},
+    {"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.5"},
+    {"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.3"},
+    {"OTEL_TRACES_SAMPLER": "TraceIdRatio", "OTEL_TRACES_SAMPLER_ARG": "not a number"},
+    {"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "7"},
+]
+
+
+@pytest.mark.parametrize("env", SAMPLERS, ids=lambda e: "-".join(e.values()) or "default")
+def test_early_span_contexts_are_what_the_sdk_makes(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> None:
+    """For each built-in sampler and kind of parent (none, remote sampled or not, with or without the random
+    trace id flag, an early local span): the context an early span forwards is the one the SDK gives the span
+    recorded for it (ids, flags, trace state), and it is sampled exactly when the SDK samples it."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, TraceState
+
+    from acp_otel._proxy import deferred
+    from acp_otel._proxy.telemetry import ReplayIds
+
+    for name in [n for n in os.environ if n.startswith("OTEL_")]:
+        monkeypatch.delenv(name)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    decide = deferred.early_sampler()
+    assert decide is not None
+    ids = ReplayIds()
+    real = TracerProvider(shutdown_on_exit=False, id_generator=ids).get_tracer("t")
+    state = TraceState([("vendor", "v1")])
+    parents: list[Any] = [None]
+    for flags in (0, 1, 2, 3):
+        for trace_id in (0x0AF7651916CD43DD8448EB211C80319C, 0x0AF7651916CD43DDF448EB211C80319C):
+            remote = SpanContext(trace_id, 0xB7AD6B7169203331, True, TraceFlags(flags), state)
+            parents.append(trace.set_span_in_context(NonRecordingSpan(remote)))
+    early_tracer = deferred.DeferredTracer(decide)
+    for _ in range(20):  # roots with random trace ids, for the ratio samplers
+        parents.append(None)
+    local = early_tracer.start_span("local parent")
+    parents.append(trace.set_span_in_context(local))
+    for parent in parents:
+        early = early_tracer.start_span("s", context=parent)
+        wanted = early.get_span_context()
+        root = not trace.get_current_span(parent).get_span_context().is_valid
+        ids.force(wanted.trace_id if root else None, wanted.span_id)
+        recorded = real.start_span("s", context=parent)
+        got = recorded.get_span_context()
+        assert (got.trace_id, got.span_id, got.trace_flags, got.trace_state) == (
+            wanted.trace_id,
+            wanted.span_id,
+            wanted.trace_flags,
+            wanted.trace_state,
+        )
+        assert early.is_recording() == recorded.is_recording()
+
+
+def test_early_spans_are_recorded_with_what_was_done_to_them() -> None:
+    """Ended before the SDK, or ended after: attributes, events with their times, status, start and end times."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.trace import SpanKind, Status, StatusCode
+
+    from acp_otel._proxy import deferred
+    from acp_otel._proxy.telemetry import ReplayIds
+
+    decide = deferred.early_sampler({})
+    assert decide is not None
+    early_tracer = deferred.DeferredTracer(decide)
+    done = early_tracer.start_span("done", kind=SpanKind.CLIENT, attributes={"a": 1})
+    done.set_attribute("b", "x")
+    done.add_event("e", {"k": "v"})
+    done.set_status(Status(StatusCode.ERROR, "failed"))
+    done.end()
+    done.set_attribute("after.end", True)  # ignored, as the SDK ignores it
+    open_span = early_tracer.start_span("open", kind=SpanKind.PRODUCER)
+    open_span.set_attribute("c", 2)
+    exporter = InMemorySpanExporter()
+    ids = ReplayIds()
+    provider = TracerProvider(shutdown_on_exit=False, id_generator=ids)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    assert early_tracer.attach(provider.get_tracer("t"), ids.force) == 2
+    open_span.set_attribute("d", 3)
+    open_span.end()
+    late = early_tracer.start_span("late")  # the SDK's own span now
+    late.end()
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    assert set(spans) == {"done", "open", "late"}
+    first, second = spans["done"], spans["open"]
+    assert first.context == done.get_span_context() and second.context == open_span.get_span_context()
+    assert first.kind is SpanKind.CLIENT and second.kind is SpanKind.PRODUCER
+    assert dict(first.attributes or {}) == {"a": 1, "b": "x"}
+    assert [(e.name, dict(e.attributes or {})) for e in first.events] == [("e", {"k": "v"})]
+    assert first.status.status_code is StatusCode.ERROR and first.status.description == "failed"
+    assert first.start_time is not None and first.end_time is not None
+    assert first.start_time <= first.events[0].timestamp <= first.end_time
+    assert first.end_time <= (second.end_time or 0)  # ended before the SDK was attached, the other after
+    assert dict(second.attributes or {}) == {"c": 2, "d": 3}
+    provider.shutdown()
+
+
+def test_early_metric_records_are_recorded_once_the_meter_provider_exists() -> None:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from acp_otel import _metrics
+    from acp_otel._proxy import deferred
+
+    early = _metrics.make_instruments(deferred.DeferredMeterProvider(), "0")
+    assert early is not None and early.recording()
+    early.client_duration.record(0.25, {"acp.method.name": "initialize"})
+    early.input_tokens.add(7)
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader], shutdown_on_exit=False)
+    real = _metrics.make_instruments(provider, "0")
+    deferred.attach_instruments(early, real)
+    early.client_duration.record(0.5, {"acp.method.name": "initialize"})
+    data = reader.get_metrics_data()
+    assert data is not None
+    points = {
+        m.name: list(m.data.data_points) for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics
+    }
+    (duration,) = points["acp.client.operation.duration"]
+    assert duration.count == 2 and duration.sum == pytest.approx(0.75)
+    (tokens,) = points["acp.turn.usage.input_tokens"]
+    assert tokens.value == 7
+    provider.shutdown()
