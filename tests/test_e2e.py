@@ -27,7 +27,7 @@ from spans import find, one
 from acp_otel._demo.otlp_json import read_otlp_json
 from acp_otel._demo.receiver import OtlpReceiver, ReceivedSpan
 from acp_otel._demo.traced_client import load_client
-from acp_otel._spawn import auto_instrumentation_dir
+from acp_otel._spawn import auto_instrumentation_dir, child_environment
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(60)]
 
@@ -262,6 +262,21 @@ async def test_spawned_agent_environment(instrument: Any, exporter: Any, monkeyp
     instrument(propagate_env=False)
     env, _ = await child_env()
     assert not [k for k in env if k.startswith("OTEL_") or k in ("TRACEPARENT", "PYTHONPATH")]
+
+
+def test_auto_instrumentation_found_without_pythonpath() -> None:
+    """opentelemetry-instrument 0.48b0 to 0.62b1 take their sitecustomize directory off PYTHONPATH as they start:
+    the directory is still found through the loaded sitecustomize module or the import path, so the child of an
+    auto-instrumented client gets it; a process that runs without it passes none on."""
+    site = auto_instrumentation_dir()
+    assert site is not None
+    parent = {"OTEL_TRACES_EXPORTER": "otlp", "PYTHONPATH": "/app"}  # what such a release leaves behind
+    elsewhere = os.path.join(os.path.dirname(site), "elsewhere", "sitecustomize.py")
+    for import_path, module in (([site, "/app"], elsewhere), (["/app"], os.path.join(site, "sitecustomize.py"))):
+        env = child_environment(sys.executable, ["agent.py"], None, parent, {}, site, None, import_path, module)
+        assert env["PYTHONPATH"] == site
+    env = child_environment(sys.executable, ["agent.py"], None, parent, {}, site, None, ["/app"], elsewhere)
+    assert "PYTHONPATH" not in env
 
 
 @EXAMPLES_IMPORT
