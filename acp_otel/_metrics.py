@@ -59,6 +59,35 @@ class Bounded:
         return sc.OTHER
 
 
+# Per-histogram boundaries by metric name, for a View (the advisory above reaches OTLP from SDK 1.32 only).
+HISTOGRAM_BUCKETS = {
+    sc.METRIC_CLIENT_OPERATION_DURATION: REQUEST_BUCKETS,
+    sc.METRIC_SERVER_OPERATION_DURATION: REQUEST_BUCKETS,
+    sc.METRIC_INVOKE_AGENT_DURATION: TURN_BUCKETS,
+    sc.METRIC_EXECUTE_TOOL_DURATION: TOOL_BUCKETS,
+    sc.METRIC_TIME_TO_FIRST_CHUNK: FIRST_CHUNK_BUCKETS,
+}
+
+_no_advisory_said = False
+
+
+def _histogram(meter: metrics.Meter, name: str, buckets: tuple[float, ...], description: str) -> metrics.Histogram:
+    """A histogram in seconds with ``buckets`` as advisory; without it on an API that has none (before 1.30)."""
+    global _no_advisory_said
+    try:
+        return meter.create_histogram(
+            name, unit="s", description=description, explicit_bucket_boundaries_advisory=buckets
+        )
+    except TypeError:  # the API before 1.30 has no explicit_bucket_boundaries_advisory
+        if not _no_advisory_said:
+            _no_advisory_said = True
+            _log.warning(
+                "acp_otel: this OpenTelemetry API has no histogram bucket advisory (it needs 1.30): the duration "
+                "histograms use the SDK's default buckets (sized for milliseconds) unless a View sets them"
+            )
+        return meter.create_histogram(name, unit="s", description=description)
+
+
 class Instruments:
     """The histograms and counters the engine records, created once from one meter."""
 
@@ -68,35 +97,35 @@ class Instruments:
     per request, turn and tool call, so metrics start as soon as a provider is set."""
 
     def __init__(self, meter: metrics.Meter) -> None:
-        self.client_duration = meter.create_histogram(
+        self.client_duration = _histogram(
+            meter,
             sc.METRIC_CLIENT_OPERATION_DURATION,
-            unit="s",
-            description="Duration of ACP requests this process sent, until the response arrived.",
-            explicit_bucket_boundaries_advisory=REQUEST_BUCKETS,
+            REQUEST_BUCKETS,
+            "Duration of ACP requests this process sent, until the response arrived.",
         )
-        self.server_duration = meter.create_histogram(
+        self.server_duration = _histogram(
+            meter,
             sc.METRIC_SERVER_OPERATION_DURATION,
-            unit="s",
-            description="Duration of ACP requests this process handled, until the response was ready.",
-            explicit_bucket_boundaries_advisory=REQUEST_BUCKETS,
+            REQUEST_BUCKETS,
+            "Duration of ACP requests this process handled, until the response was ready.",
         )
-        self.turn_duration = meter.create_histogram(
+        self.turn_duration = _histogram(
+            meter,
             sc.METRIC_INVOKE_AGENT_DURATION,
-            unit="s",
-            description="Duration of an ACP prompt turn (session/prompt; on ACP v2 until the idle state).",
-            explicit_bucket_boundaries_advisory=TURN_BUCKETS,
+            TURN_BUCKETS,
+            "Duration of an ACP prompt turn (session/prompt; on ACP v2 until the idle state).",
         )
-        self.tool_duration = meter.create_histogram(
+        self.tool_duration = _histogram(
+            meter,
             sc.METRIC_EXECUTE_TOOL_DURATION,
-            unit="s",
-            description="Duration of an ACP tool call, from its first tool_call update to completed/failed.",
-            explicit_bucket_boundaries_advisory=TOOL_BUCKETS,
+            TOOL_BUCKETS,
+            "Duration of an ACP tool call, from its first tool_call update to completed/failed.",
         )
-        self.first_chunk = meter.create_histogram(
+        self.first_chunk = _histogram(
+            meter,
             sc.METRIC_TIME_TO_FIRST_CHUNK,
-            unit="s",
-            description="Time from the start of a turn to its first agent message or thought chunk.",
-            explicit_bucket_boundaries_advisory=FIRST_CHUNK_BUCKETS,
+            FIRST_CHUNK_BUCKETS,
+            "Time from the start of a turn to its first agent message or thought chunk.",
         )
         # Usage counters: recorded by one side per turn (the usage option), so sums across processes hold.
         self.input_tokens = meter.create_counter(
