@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -39,9 +40,13 @@ ENDPOINT_VARS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPO
 EXCERPT_TAGS = ("[init]", "[session]", "[prompt]", "[permission]", "[fs]", "[ext]", "[notify]", "[stop]")
 EXCERPT_FALLBACK_LINES = 12
 # What the OTLP exporters (HTTP and gRPC) log when a batch is finally lost; "Transient error" lines are
-# retries that may still succeed.
-EXPORT_FAILURE_MARKERS = ("Failed to export", "aborting retry")
+# retries that may still succeed. Up to 1.39 the HTTP exporter lets a connection error escape, which the
+# batch processor logs as "Exception while exporting Span batch." with a traceback.
+EXPORT_FAILURE_MARKERS = ("Failed to export", "aborting retry", "Exception while exporting")
 EXPORT_RETRY_MARKER = "Transient error"
+# The lines of a traceback after its log line, and the one that names the exception (its last such line).
+_TRACEBACK_LINE = re.compile(r"^(?:\s|Traceback \(most recent call last\):|The above exception|During handling|$)")
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Timeout)\b(?::.*)?$")
 PACKAGED_EXAMPLES = Path(__file__).resolve().parent / "examples"
 ABOUT_LINES = (
     "what you see:",
@@ -302,11 +307,31 @@ def _check_client(run: ClientRun) -> None:
 
 
 def export_problems(stderr: str) -> tuple[list[str], list[str]]:
-    """The exporters' log lines in ``stderr`` of lost batches and of retries (which may have succeeded)."""
-    lines = [line.strip() for line in stderr.splitlines()]
-    failures = [line for line in lines if any(marker in line for marker in EXPORT_FAILURE_MARKERS)]
-    retries = [line for line in lines if EXPORT_RETRY_MARKER in line]
+    """The exporters' log lines in ``stderr`` of lost batches and of retries (which may have succeeded).
+
+    A lost batch logged with a traceback is one line: the log line and the exception the traceback ends with.
+    """
+    lines = stderr.splitlines()
+    failures: list[str] = []
+    for index, line in enumerate(lines):
+        if any(marker in line for marker in EXPORT_FAILURE_MARKERS):
+            below = _exception_below(lines, index + 1)
+            failures.append(line.strip().rstrip(".") + below if below else line.strip())
+    retries = [line.strip() for line in lines if EXPORT_RETRY_MARKER in line]
     return failures, retries
+
+
+def _exception_below(lines: list[str], start: int) -> str:
+    """``": <exception line>"`` when a traceback follows ``lines[start - 1]``, else nothing."""
+    if start >= len(lines) or not lines[start].startswith("Traceback"):
+        return ""
+    named = ""
+    for line in lines[start:]:
+        if _EXCEPTION_LINE.match(line):
+            named = line.strip()
+        elif not _TRACEBACK_LINE.match(line):
+            break
+    return f": {named}" if named else ""
 
 
 def _check_export(run: ClientRun, endpoint: str, err: TextIO) -> None:
