@@ -45,6 +45,20 @@ def test_parser_defaults_are_the_options_defaults() -> None:
     assert options.timeout == 5.0 and options.client_args == ("--reject",)
 
 
+def test_where_to_look_follows_the_endpoint() -> None:
+    trace_id = "ab" * 16
+    phoenix = runner.where_to_look("http://127.0.0.1:6006", trace_id)
+    assert phoenix.startswith("look it up in Phoenix (http://127.0.0.1:6006)") and "project default" in phoenix
+    assert "16686" not in phoenix
+    named = runner.where_to_look("http://127.0.0.1:6006", trace_id, "a=b, openinference.project.name = mine")
+    assert "project mine" in named
+    collector = runner.where_to_look("http://otel.example:4318", trace_id)
+    assert f"http://otel.example:16686/trace/{trace_id}" in collector and "Tempo" in collector
+    assert "http://[::1]:16686/" in runner.where_to_look("http://[::1]:4317", trace_id)
+    saas = runner.where_to_look("https://api.example.com/otlp", trace_id)
+    assert saas == "look it up by its trace id in the backend behind https://api.example.com"
+
+
 def test_export_problems_tells_lost_batches_from_retries() -> None:
     stderr = "\n".join(
         [

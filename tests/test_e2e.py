@@ -495,6 +495,30 @@ def test_demo_with_embedded_receiver(tmp_path: Path) -> None:
 
 @EXAMPLES_IMPORT
 @pytest.mark.usefixtures("demo_finds_examples")
+def test_demo_through_the_proxy(tmp_path: Path) -> None:
+    """``acp-otel demo --proxy``: the example agent started behind ``acp-otel proxy``, as an editor's agent
+    command would; the proxy's spans (its own service, tool spans for the untraced agent) join the trace."""
+    output = tmp_path / "trace.json"
+    done = subprocess.run(
+        [ACP_OTEL, "demo", "--proxy", "--output", str(output), "--color", "never"],
+        env=clean_env(),
+        cwd=str(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    spans = read_otlp_json(output)
+    assert len({s.trace_id for s in spans}) == 1
+    assert {s.service_name for s in spans} == {CLIENT_SERVICE, "agent-proxy"}  # the example agent is untraced
+    prompt = one(spans, "session/prompt example-agent", "CLIENT", "agent-proxy")
+    tools = [s for s in spans if s.name.startswith("execute_tool") and s.parent_span_id == prompt.span_id]
+    assert {s.service_name for s in tools} == {"agent-proxy"} and len(tools) == 3
+    assert "agent-proxy is acp-otel proxy" in done.stdout
+
+
+@EXAMPLES_IMPORT
+@pytest.mark.usefixtures("demo_finds_examples")
 def test_demo_with_endpoint_prints_the_trace_id(receiver: OtlpReceiver, tmp_path: Path) -> None:
     env = clean_env()
     env["OTEL_EXPORTER_OTLP_ENDPOINT"] = receiver.http_endpoint
@@ -504,6 +528,9 @@ def test_demo_with_endpoint_prints_the_trace_id(receiver: OtlpReceiver, tmp_path
     spans = receiver.wait_for(lambda spans: len({s.service_name for s in spans}) == 2, timeout=10)
     assert {s.trace_id for s in spans} == {trace_id}
     assert not (tmp_path / "acp-otel-demo-trace.json").exists()
+    # where to look follows the endpoint: this receiver is neither Phoenix nor on an OTLP port, so no UI is named
+    assert f"look it up by its trace id in the backend behind {receiver.http_endpoint}" in done.stdout
+    assert "16686" not in done.stdout
 
 
 def test_demo_fails_clearly_without_examples(tmp_path: Path) -> None:

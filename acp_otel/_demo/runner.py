@@ -29,9 +29,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TextIO
+from urllib.parse import urlsplit
 
 CLIENT_SERVICE_NAME = "acp-example-client"
 DEFAULT_OUTPUT = "acp-otel-demo-trace.json"
@@ -61,11 +62,19 @@ ABOUT_LINES = (
 )
 
 
-def print_about(out: TextIO) -> None:
+PROXY_ABOUT_LINE = (
+    "  · agent-proxy is acp-otel proxy in front of the (untraced) example agent: its spans are what an editor's "
+    "agent command `acp-otel proxy -- AGENT` gives"
+)
+
+
+def print_about(out: TextIO, proxy: bool = False) -> None:
     """What the trace shows that the demo made up or that surprises, and what to do next."""
     print(file=out)
     for line in ABOUT_LINES:
         print(line, file=out)
+        if proxy and line == ABOUT_LINES[2]:
+            print(PROXY_ABOUT_LINE, file=out)
 
 
 class DemoError(Exception):
@@ -82,6 +91,7 @@ class DemoOptions:
     color: str = "auto"
     timeout: float = 60.0
     client_args: tuple[str, ...] = ()
+    proxy: bool = False
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -111,6 +121,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--timeout", type=float, default=defaults.timeout, help="seconds the client may run (default: %(default)s)"
     )
     parser.add_argument(
+        "--proxy",
+        action="store_true",
+        help="start the agent as an editor would with acp-otel proxy: `acp-otel proxy -- python agent.py`",
+    )
+    parser.add_argument(
         "client_args", nargs=argparse.REMAINDER, help="arguments for the example client, after -- (e.g. -- --reject)"
     )
 
@@ -127,7 +142,18 @@ def options_from_args(args: argparse.Namespace) -> DemoOptions:
         color=args.color,
         timeout=args.timeout,
         client_args=tuple(client_args),
+        proxy=args.proxy,
     )
+
+
+def behind_proxy(client_args: tuple[str, ...], examples: Path) -> tuple[str, ...]:
+    """The example client's arguments with its agent command (``-- CMD``, or the example agent) behind the
+    proxy: ``-- python -m acp_otel.cli proxy -- CMD`` (this Python, so the installed acp-otel is used)."""
+    proxy = (sys.executable, "-m", "acp_otel.cli", "proxy", "--")
+    if "--" in client_args:
+        split = client_args.index("--")
+        return (*client_args[: split + 1], *proxy, *client_args[split + 1 :])
+    return (*client_args, "--", *proxy, sys.executable, str(examples / "agent.py"))
 
 
 # ------------------------------------------------------------------ checks
@@ -280,6 +306,8 @@ def run_demo(options: DemoOptions, out: TextIO | None = None) -> int:
     instrument = find_opentelemetry_instrument()
     width = options.width or min(shutil.get_terminal_size((110, 24)).columns, 140)
     color = _use_color(options.color, out)
+    if options.proxy:
+        options = replace(options, client_args=behind_proxy(options.client_args, examples))
     endpoint = next((os.environ[v] for v in ENDPOINT_VARS if os.environ.get(v)), None)
     if endpoint is not None:
         return _run_with_endpoint(options, instrument, examples, endpoint, width, out)
@@ -364,13 +392,38 @@ def _run_with_endpoint(
     # exporters only log it (to the client's stderr, which also carries the agent's).
     _check_export(run, endpoint, sys.stderr)
     print(f"trace id: {run.trace_id}", file=out)
-    print(
-        f"look it up in Jaeger (http://localhost:16686/trace/{run.trace_id}) or in Grafana "
-        "(Explore → Tempo → query type Search or TraceQL → the trace id)",
-        file=out,
-    )
-    print_about(out)
+    print(where_to_look(endpoint, run.trace_id, os.environ.get("OTEL_RESOURCE_ATTRIBUTES", "")), file=out)
+    print_about(out, options.proxy)
     return 0
+
+
+PHOENIX_PORT = 6006  # Phoenix's UI and OTLP/HTTP port (its OTLP/gRPC port is the standard 4317)
+OTLP_PORTS = (4317, 4318)  # a Collector's, or a backend's own OTLP receiver (Jaeger, Tempo, ...)
+
+
+def where_to_look(endpoint: str, trace_id: str, resource_attributes: str = "") -> str:
+    """Where to find the trace, for the backend the endpoint points at: Phoenix by its port, a Collector or an
+    OTLP receiver by the OTLP ports (Jaeger's or Grafana's UI on the same host), otherwise the trace id alone."""
+    parts = urlsplit(endpoint if "://" in endpoint else f"http://{endpoint}")
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    host = parts.hostname or "localhost"
+    host = f"[{host}]" if ":" in host else host
+    if port == PHOENIX_PORT:
+        project = "default"
+        for item in resource_attributes.split(","):
+            key, _, value = item.partition("=")
+            if key.strip() == "openinference.project.name" and value.strip():
+                project = value.strip()
+        return f"look it up in Phoenix ({parts.scheme}://{host}:{port}): project {project}, its traces"
+    if port in OTLP_PORTS:
+        return (
+            f"look it up in Jaeger (http://{host}:16686/trace/{trace_id}) or in Grafana "
+            "(Explore → Tempo → query type Search or TraceQL → the trace id), wherever your collector sends it"
+        )
+    return f"look it up by its trace id in the backend behind {parts.scheme}://{parts.netloc}"
 
 
 def _run_with_receiver(
@@ -422,5 +475,5 @@ def _run_with_receiver(
                 "the agent's spans did not arrive (services seen: "
                 f"{', '.join(sorted(services))}); is OTEL_PYTHON_ACP_PROPAGATE_ENV set to false?"
             )
-    print_about(out)
+    print_about(out, options.proxy)
     return 0
