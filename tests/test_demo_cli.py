@@ -45,6 +45,16 @@ def test_parser_defaults_are_the_options_defaults() -> None:
     assert options.timeout == 5.0 and options.client_args == ("--reject",)
 
 
+def test_install_hint_fits_the_installation() -> None:
+    """A pipx installation takes packages with pipx inject (pip would install them elsewhere)."""
+    home = str(Path.home())
+    hint = runner.install_hint("agent-client-protocol", f"{home}/.local/share/pipx/venvs/acp-otel")
+    assert hint == "pipx inject acp-otel agent-client-protocol"
+    assert runner.install_hint("agent-client-protocol", "/opt/pipx/venvs/acp-otel").startswith("pipx inject acp-otel ")
+    hint = runner.install_hint("agent-client-protocol", str(EXAMPLES.parent / ".venv"))
+    assert hint == f"{sys.executable} -m pip install agent-client-protocol"
+
+
 def test_where_to_look_follows_the_endpoint() -> None:
     trace_id = "ab" * 16
     phoenix = runner.where_to_look("http://127.0.0.1:6006", trace_id)

@@ -185,16 +185,27 @@ def find_opentelemetry_instrument() -> str:
         return found
     raise DemoError(
         "opentelemetry-instrument was not found (it comes with opentelemetry-instrumentation, a dependency of "
-        "acp-otel: pip install acp-otel)."
+        "acp-otel): " + install_hint("opentelemetry-instrumentation")
     )
+
+
+def install_hint(package: str, prefix: str | None = None) -> str:
+    """The command that installs ``package`` beside acp-otel: ``pipx inject acp-otel …`` when acp-otel runs in
+    a pipx environment (``prefix``, default ``sys.prefix``: ``…/pipx/venvs/acp-otel``), else this Python's pip."""
+    parts = Path(prefix if prefix is not None else sys.prefix).parts
+    if len(parts) >= 3 and parts[-3] == "pipx" and parts[-2] == "venvs":
+        return f"pipx inject {parts[-1]} {package}"
+    return f"{sys.executable} -m pip install {package}"
 
 
 def check_requirements() -> None:
     """Fail early and clearly when the ACP SDK or the OTLP exporter is missing."""
     if importlib.util.find_spec("acp") is None:
-        raise DemoError("the ACP Python SDK is not installed (import acp failed): pip install agent-client-protocol")
+        raise DemoError(
+            "the ACP Python SDK is not installed (import acp failed): " + install_hint("agent-client-protocol")
+        )
     if importlib.util.find_spec("opentelemetry.exporter.otlp.proto.http") is None:
-        raise DemoError("the OTLP/HTTP exporter is not installed: pip install opentelemetry-exporter-otlp")
+        raise DemoError("the OTLP/HTTP exporter is not installed: " + install_hint("opentelemetry-exporter-otlp"))
 
 
 # ------------------------------------------------------------------ running
