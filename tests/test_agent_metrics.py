@@ -156,6 +156,8 @@ def test_every_instrument_without_the_bucket_advisory(
     monkeypatch.setattr(acp_metrics, "_no_advisory_said", False)
     meter = _MeterBefore130(meter_provider.get_meter("acp_otel"))
     with caplog.at_level("WARNING", logger="acp_otel"):
+        acp_metrics.Instruments(meter, buckets_from_views=True)  # the proxy's provider: its Views set the buckets
+        assert not [r for r in caplog.records if "bucket advisory" in r.getMessage()]
         acp_metrics.Instruments(meter)
         instruments = acp_metrics.Instruments(meter)
     said = [r for r in caplog.records if "bucket advisory" in r.getMessage()]

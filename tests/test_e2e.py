@@ -21,7 +21,12 @@ from typing import Any
 import pytest
 from otlp_grpc_receiver import GrpcOtlpReceiver
 from sdk_sdist import DOWNLOAD_TIMEOUT, fetch_sdist
-from sdk_versions import EXAMPLES_IMPORT, PROMPT_SPAN_ENDS_BEFORE_RESPONSE, sdk_matches
+from sdk_versions import (
+    CHILDREN_OUTSIDE_SPAWN_AUTO_INSTRUMENTED,
+    EXAMPLES_IMPORT,
+    PROMPT_SPAN_ENDS_BEFORE_RESPONSE,
+    sdk_matches,
+)
 from spans import find, one
 
 from acp_otel._demo.otlp_json import read_otlp_json
@@ -429,6 +434,7 @@ def test_distro_and_exporter_come_without_extras() -> None:
 
 
 @pytest.mark.timeout(DOWNLOAD_TIMEOUT + 60)  # the first run on a machine downloads the SDK's sdist
+@CHILDREN_OUTSIDE_SPAWN_AUTO_INSTRUMENTED  # that client starts its agent with asyncio, not the SDK's spawn
 def test_sdk_example_client_terminates_its_agent(receiver: OtlpReceiver, sdk_examples: Path) -> None:
     """The SDK's own example client and agent, unmodified: one line, EOF, then it terminates the agent."""
     source = (sdk_examples / "client.py").read_text()

@@ -286,4 +286,6 @@ def test_sigterm_with_a_flush_that_does_not_finish_says_one_line(tmp_path: Any) 
         if proc.poll() is None:
             proc.kill()
     assert proc.stderr is not None
-    assert proc.stderr.read() == shutdown.SIGTERM_NOT_FLUSHED
+    # (an API before 1.30 adds its one start-up warning about the histograms' bucket advisory: not this test's)
+    said = [line for line in proc.stderr.read().splitlines(keepends=True) if "bucket advisory" not in line]
+    assert "".join(said) == shutdown.SIGTERM_NOT_FLUSHED

@@ -159,7 +159,7 @@ def _metric_instruments(tel: Any) -> Any:
     from .._metrics import make_instruments
     from ..version import __version__
 
-    return make_instruments(meter_provider, __version__)
+    return make_instruments(meter_provider, __version__, buckets_from_views=True)  # telemetry.histogram_views
 
 
 def _relay(

@@ -76,8 +76,8 @@ PER_HISTOGRAM_BUCKETS = requires_otel(
 DEAD_GRPC_ENDPOINT_GIVES_UP = requires_otel(
     "opentelemetry-exporter-otlp-proto-grpc",
     ">=1.35",
-    reason="before 1.35 the OTLP/gRPC exporter retries an unreachable endpoint for about a minute whatever its "
-    "timeout, so an exit waits for it",
+    reason="before 1.35 the OTLP/gRPC exporter retries an endpoint that does not answer gRPC (nothing listening, an "
+    "HTTP port) with back-off for about a minute, whatever its timeout: the batch is still pending at exit",
 )
 CHILDREN_OUTSIDE_SPAWN_AUTO_INSTRUMENTED = requires_otel(
     "opentelemetry-instrumentation",
