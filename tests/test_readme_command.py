@@ -1,5 +1,7 @@
 """The README's test command (``scripts/test.sh``) runs what CI runs of the tests: the files that need the SDK's
-next major run there too, on that release with what the matrix installs for them, and every skip says why."""
+next major run there too, on that release with what the matrix installs for them, and every skip says why. And
+the documented ``pip install`` commands install what exists: acp-otel from a checkout (it is not on PyPI), the
+SDK's HTTP transport from the release that has it."""
 
 from __future__ import annotations
 
@@ -75,3 +77,37 @@ def test_the_readme_shows_the_command() -> None:
         ["bash", "scripts/demo.sh"],
         ["bash", "scripts/test.sh"],
     ]
+
+
+DOCS = ["README.md", "CONTRIBUTING.md", "examples/README.md", "collector-config/README.md", "docs"]
+
+
+def pip_installs(markdown: str) -> list[list[str]]:
+    """The arguments of each ``pip install`` / ``pipx install`` in the shell blocks and inline code of a text."""
+    code = re.findall(r"```(?:sh|bash)\n(.*?)```", markdown, re.DOTALL) + re.findall(r"`([^`\n]+)`", markdown)
+    found = []
+    for text in code:
+        for match in re.finditer(r"\bpipx? install ([^\n#&;|]*)", text):
+            found.append([w for w in shlex.split(match.group(1)) if not w.startswith("-")])
+    return found
+
+
+def install_problems(args: list[str]) -> list[str]:
+    problems = []
+    for arg in args:
+        name = re.split(r"[\[=<>!~ ]", arg, maxsplit=1)[0]
+        if name == "acp-otel":  # by name, not a path to a checkout or a wheel
+            problems.append(f"{arg}: acp-otel is not on PyPI, install it from a checkout or a wheel")
+        if arg.startswith("agent-client-protocol[http]") and not re.search(r"(==|>=)\s*1\.0\.0rc3", arg):
+            problems.append(f"{arg}: without naming the pre-release, pip picks a stable release without acp.http")
+    return problems
+
+
+def test_documented_installs_resolve() -> None:
+    files = [p for d in DOCS for p in ((ROOT / d).glob("*.md") if (ROOT / d).is_dir() else [ROOT / d])]
+    installs = [args for path in files for args in pip_installs(path.read_text(encoding="utf-8"))]
+    assert len(installs) >= 5  # the README's, the remote agents' recipe, ...
+    assert [p for args in installs for p in install_problems(args)] == []
+    # and the check can fail
+    assert len(install_problems(["acp-otel", "agent-client-protocol[http]", "uvicorn"])) == 2
+    assert install_problems(["./acp-otel", "agent-client-protocol[http]==1.0.0rc3"]) == []
