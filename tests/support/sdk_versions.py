@@ -70,8 +70,8 @@ def requires_otel(distribution: str, spec: str, reason: str) -> pytest.MarkDecor
 PER_HISTOGRAM_BUCKETS = requires_otel(
     "opentelemetry-sdk",
     ">=1.32",
-    reason="the histograms' bucket advisory is applied in full from 1.32 (the API has it from 1.30, 1.30 ignores "
-    "it, 1.31 gives every histogram the first one's buckets); counts and sums are right on every release",
+    reason="the OTLP export carries each histogram's advisory buckets from 1.32 (the API has the advisory from 1.30; "
+    "1.30 ignores it, 1.31 gives every histogram the first one's buckets); counts and sums are right on every release",
 )
 DEAD_GRPC_ENDPOINT_GIVES_UP = requires_otel(
     "opentelemetry-exporter-otlp-proto-grpc",
