@@ -226,12 +226,12 @@ def real_agents(session: nox.Session) -> None:
 # (the matrix installs the newest). The test extra's own OpenTelemetry packages (opentelemetry-test-utils) pin
 # exact API/SDK versions, so they are pinned with them. Keep in step with pyproject.toml.
 FLOORS = {
-    "opentelemetry-api": "1.42.0",
-    "opentelemetry-sdk": "1.42.0",
-    "opentelemetry-exporter-otlp": "1.42.0",
-    "opentelemetry-instrumentation": "0.63b0",
-    "opentelemetry-distro": "0.63b0",
-    "opentelemetry-test-utils": "0.63b0",
+    "opentelemetry-api": "1.27.0",
+    "opentelemetry-sdk": "1.27.0",
+    "opentelemetry-exporter-otlp": "1.27.0",
+    "opentelemetry-instrumentation": "0.48b0",
+    "opentelemetry-distro": "0.48b0",
+    "opentelemetry-test-utils": "0.48b0",
     "wrapt": "1.14.1",
     "agent-client-protocol": FLOORS_CELL[1],
 }

@@ -173,8 +173,15 @@ def _after_env(args: Sequence[str]) -> list[str]:
     return []
 
 
+_POSITIONAL_RE = re.compile(r"^\$(?:(\d)|\{(\d+)\}|([@*])|\{([@*])\})$")
+
+
 def _shell_command(args: Sequence[str]) -> list[str]:
-    """The command of ``sh -c "CMD ..."`` (also ``-lc``), without a leading ``exec``; ``[]`` otherwise."""
+    """The command of ``sh -c "CMD ..."`` (also ``-lc``), without a leading ``exec``; ``[]`` otherwise.
+
+    Positional parameters are those after the string: ``bash -c 'exec "$@"' _ CMD ARGS`` runs ``CMD ARGS``. A
+    command that is some other expansion (``$AGENT``) says nothing of the agent: ``[]``.
+    """
     for index, arg in enumerate(args):
         if arg.startswith("-") and not arg.startswith("--") and "c" in arg[1:]:
             if index + 1 >= len(args):
@@ -183,9 +190,21 @@ def _shell_command(args: Sequence[str]) -> list[str]:
                 words = shlex.split(args[index + 1])
             except ValueError:
                 return []
+            positional = list(args[index + 2 :])  # $0, $1, ...
+            expanded: list[str] = []
+            for word in words:
+                match = _POSITIONAL_RE.match(word)
+                if match is None:
+                    expanded.append(word)
+                elif match.group(3) or match.group(4):  # $@ / $*: $1 and on
+                    expanded.extend(positional[1:])
+                else:
+                    number = int(match.group(1) or match.group(2))
+                    expanded.extend(positional[number : number + 1])
+            words = expanded
             while words and (words[0] == "exec" or ("=" in words[0] and not words[0].startswith("="))):
                 words = words[1:]
-            return words
+            return [] if words and words[0].startswith("$") else words
         if not arg.startswith("-"):  # `sh script.sh`
             return [arg, *args[index + 1 :]]
     return []

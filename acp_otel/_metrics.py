@@ -61,6 +61,39 @@ class Bounded:
         return sc.OTHER
 
 
+# Per-histogram boundaries by metric name, for a View (the advisory above reaches OTLP from SDK 1.32 only).
+HISTOGRAM_BUCKETS = {
+    sc.METRIC_CLIENT_OPERATION_DURATION: REQUEST_BUCKETS,
+    sc.METRIC_SERVER_OPERATION_DURATION: REQUEST_BUCKETS,
+    sc.METRIC_INVOKE_AGENT_DURATION: TURN_BUCKETS,
+    sc.METRIC_CLIENT_OPERATION_DURATION_GENAI: TURN_BUCKETS,
+    sc.METRIC_EXECUTE_TOOL_DURATION: TOOL_BUCKETS,
+    sc.METRIC_TIME_TO_FIRST_CHUNK: FIRST_CHUNK_BUCKETS,
+}
+
+_no_advisory_said = False
+
+
+def _histogram(
+    meter: metrics.Meter, name: str, buckets: tuple[float, ...], description: str, warn: bool = True
+) -> metrics.Histogram:
+    """A histogram in seconds with ``buckets`` as advisory; without it on an API that has none (before 1.30),
+    said once unless ``warn`` is off (a provider whose Views set the buckets)."""
+    global _no_advisory_said
+    try:
+        return meter.create_histogram(
+            name, unit="s", description=description, explicit_bucket_boundaries_advisory=buckets
+        )
+    except TypeError:  # the API before 1.30 has no explicit_bucket_boundaries_advisory
+        if warn and not _no_advisory_said:
+            _no_advisory_said = True
+            _log.warning(
+                "acp_otel: this OpenTelemetry API has no histogram bucket advisory (it needs 1.30): the duration "
+                "histograms use the SDK's default buckets (sized for milliseconds) unless a View sets them"
+            )
+        return meter.create_histogram(name, unit="s", description=description)
+
+
 class Instruments:
     """The histograms and counters the engine records, created once from one meter."""
 
@@ -69,45 +102,52 @@ class Instruments:
     record would be dropped, so the engine skips the clock reads and attribute lookups a record needs. Asked
     per request, turn and tool call, so metrics start as soon as a provider is set."""
 
-    def __init__(self, meter: metrics.Meter) -> None:
-        self.client_duration = meter.create_histogram(
+    def __init__(self, meter: metrics.Meter, buckets_from_views: bool = False) -> None:
+        warn = not buckets_from_views
+        self.client_duration = _histogram(
+            meter,
             sc.METRIC_CLIENT_OPERATION_DURATION,
-            unit="s",
-            description="Duration of ACP requests this process sent, until the response arrived.",
-            explicit_bucket_boundaries_advisory=REQUEST_BUCKETS,
+            REQUEST_BUCKETS,
+            "Duration of ACP requests this process sent, until the response arrived.",
+            warn,
         )
-        self.server_duration = meter.create_histogram(
+        self.server_duration = _histogram(
+            meter,
             sc.METRIC_SERVER_OPERATION_DURATION,
-            unit="s",
-            description="Duration of ACP requests this process handled, until the response was ready.",
-            explicit_bucket_boundaries_advisory=REQUEST_BUCKETS,
+            REQUEST_BUCKETS,
+            "Duration of ACP requests this process handled, until the response was ready.",
+            warn,
         )
-        self.turn_duration = meter.create_histogram(
+        self.turn_duration = _histogram(
+            meter,
             sc.METRIC_INVOKE_AGENT_DURATION,
-            unit="s",
-            description="Duration of an ACP prompt turn (session/prompt; on ACP v2 until the idle state), "
+            TURN_BUCKETS,
+            "Duration of an ACP prompt turn (session/prompt; on ACP v2 until the idle state), "
             "recorded by the side closest to the agent.",
-            explicit_bucket_boundaries_advisory=TURN_BUCKETS,
+            warn,
         )
         # The same turn as the other sides (an editor or proxy in front of a traced agent) see it.
-        self.client_turn_duration = meter.create_histogram(
+        self.client_turn_duration = _histogram(
+            meter,
             sc.METRIC_CLIENT_OPERATION_DURATION_GENAI,
-            unit="s",
-            description="Duration of an ACP prompt turn as a client of the agent saw it (gen_ai.operation.name "
+            TURN_BUCKETS,
+            "Duration of an ACP prompt turn as a client of the agent saw it (gen_ai.operation.name "
             "invoke_agent), recorded by the sides that do not record gen_ai.invoke_agent.duration.",
-            explicit_bucket_boundaries_advisory=TURN_BUCKETS,
+            warn,
         )
-        self.tool_duration = meter.create_histogram(
+        self.tool_duration = _histogram(
+            meter,
             sc.METRIC_EXECUTE_TOOL_DURATION,
-            unit="s",
-            description="Duration of an ACP tool call, from its first tool_call update to completed/failed.",
-            explicit_bucket_boundaries_advisory=TOOL_BUCKETS,
+            TOOL_BUCKETS,
+            "Duration of an ACP tool call, from its first tool_call update to completed/failed.",
+            warn,
         )
-        self.first_chunk = meter.create_histogram(
+        self.first_chunk = _histogram(
+            meter,
             sc.METRIC_TIME_TO_FIRST_CHUNK,
-            unit="s",
-            description="Time from the start of a turn to its first agent message or thought chunk.",
-            explicit_bucket_boundaries_advisory=FIRST_CHUNK_BUCKETS,
+            FIRST_CHUNK_BUCKETS,
+            "Time from the start of a turn to its first agent message or thought chunk.",
+            warn,
         )
         # Usage counters: recorded by one side per turn (the usage option), so sums across processes hold.
         self.input_tokens = meter.create_counter(
@@ -223,16 +263,20 @@ class Instruments:
         return kind if type(kind) is str and kind in sc.TOOL_KINDS else sc.OTHER
 
 
-def make_instruments(meter_provider: metrics.MeterProvider | None, version: str) -> Instruments | None:
+def make_instruments(
+    meter_provider: metrics.MeterProvider | None, version: str, buckets_from_views: bool = False
+) -> Instruments | None:
     """Instruments from ``meter_provider`` (the global one when ``None``); ``None`` if that fails or the
     provider is a ``NoOpMeterProvider`` (nothing would be recorded: the engine then skips the clock reads
-    and records). The global provider before one is set is a proxy that may still get a real one: kept."""
+    and records). The global provider before one is set is a proxy that may still get a real one: kept.
+    ``buckets_from_views``: the provider's Views set the histograms' buckets (no warning on an API without
+    the advisory)."""
     try:
         provider = meter_provider if meter_provider is not None else metrics.get_meter_provider()
         if isinstance(provider, metrics.NoOpMeterProvider):
             return None
         meter = metrics.get_meter("acp_otel", version, meter_provider, schema_url=sc.SCHEMA_URL)
-        return Instruments(meter)
+        return Instruments(meter, buckets_from_views)
     except Exception:  # a broken provider (or an API that no longer takes our arguments) must not stop tracing
         _log.debug("acp_otel: could not create the metric instruments; no metrics are recorded", exc_info=True)
         return None

@@ -97,8 +97,13 @@ def _parse_bool(name: str, value: Any, default: bool) -> bool:
         return True
     if isinstance(value, str) and value.strip().lower() in _FALSE:
         return False
-    _log.warning("acp_otel: invalid value %r for %s; using %r", value, name, default)
+    _log.warning("acp_otel: invalid value %r for %s (expected true or false); using %s", value, name, _shown(default))
     return default
+
+
+def _shown(value: Any) -> str:
+    """A setting's value as the user writes it: ``true`` / ``false``, plain text and numbers (no Python reprs)."""
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
 
 def _parse_int(name: str, value: Any, default: int, minimum: int) -> int:
@@ -107,10 +112,10 @@ def _parse_int(name: str, value: Any, default: int, minimum: int) -> int:
             raise ValueError
         parsed = int(str(value).strip()) if not isinstance(value, int) else value
     except (TypeError, ValueError):
-        _log.warning("acp_otel: invalid value %r for %s; using %r", value, name, default)
+        _log.warning("acp_otel: invalid value %r for %s (expected a whole number); using %d", value, name, default)
         return default
     if parsed < minimum:
-        _log.warning("acp_otel: %s must be >= %d, got %r; using %r", name, minimum, value, default)
+        _log.warning("acp_otel: %s must be >= %d, got %r; using %d", name, minimum, value, default)
         return default
     return parsed
 
@@ -130,7 +135,9 @@ def _parse_methods(name: str, value: Any) -> MethodMatcher:
 def _parse_choice(name: str, value: Any, default: str, choices: tuple[str, ...]) -> str:
     if isinstance(value, str) and value.strip().lower() in choices:
         return value.strip().lower()
-    _log.warning("acp_otel: invalid value %r for %s (expected one of %s); using %r", value, name, choices, default)
+    _log.warning(
+        "acp_otel: invalid value %r for %s (expected one of %s); using %s", value, name, ", ".join(choices), default
+    )
     return default
 
 

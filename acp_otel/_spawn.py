@@ -9,8 +9,9 @@ on reach the child. While instrumented (and ``propagate_env`` is on) the child a
 * every ``OTEL_*`` variable of this process, except ``console`` in the exporter lists (the child's
   stdout is the protocol);
 * the directory of opentelemetry's ``sitecustomize`` as ``PYTHONPATH`` when this process runs under
-  ``opentelemetry-instrument`` and the child runs the same interpreter in the same environment (that
-  entry is all the auto-instrumentation needs, besides ``OTEL_*``), never for ``acp-otel proxy``;
+  ``opentelemetry-instrument`` (:func:`runs_auto_instrumented`) and the child runs the same interpreter
+  in the same environment (that entry is all the auto-instrumentation needs, besides ``OTEL_*``), never
+  for ``acp-otel proxy``;
 * ``OTEL_SERVICE_NAME`` derived from the command (:func:`service_name_for_command`; none for
   ``acp-otel proxy``, which names itself and its agent), with ``service.name`` removed from an
   inherited ``OTEL_RESOURCE_ATTRIBUTES``;
@@ -82,21 +83,24 @@ def child_environment(
     trace_env: Mapping[str, str] | None = None,
     sitecustomize_dir: str | None = None,
     this_executable: str | None = None,
+    import_path: Sequence[str] | None = None,
+    loaded_sitecustomize: str | None = None,
 ) -> dict[str, str]:
     """The ``env=`` to hand the SDK's spawn: OpenTelemetry variables for the child, then the caller's.
 
     ``parent_environ`` is this process's environment, ``trace_env`` the ``TRACEPARENT``-style variables
-    of the spawn span and ``sitecustomize_dir`` opentelemetry's auto-instrumentation directory (added as
-    ``PYTHONPATH`` only when it is on ``parent_environ["PYTHONPATH"]`` and the child runs this
-    interpreter, ``this_executable`` (default ``sys.executable``), in the same environment). The
-    caller's variables win.
+    of the spawn span and ``sitecustomize_dir`` opentelemetry's auto-instrumentation directory, added as
+    ``PYTHONPATH`` only when this process runs under ``opentelemetry-instrument`` (see
+    :func:`runs_auto_instrumented`; ``import_path`` and ``loaded_sitecustomize`` default to this
+    process's ``sys.path`` and ``sitecustomize`` module) and the child runs this interpreter,
+    ``this_executable`` (default ``sys.executable``), in the same environment. The caller's variables win.
     """
     caller = dict(caller_env or {})
     env: dict[str, str] = {k: v for k, v in parent_environ.items() if k.startswith("OTEL_")}
     ce.no_console(env)
     if (
         sitecustomize_dir
-        and _on_python_path(sitecustomize_dir, parent_environ.get(ENV_PYTHONPATH))
+        and runs_auto_instrumented(sitecustomize_dir, parent_environ, import_path, loaded_sitecustomize)
         and ce.sitecustomize_belongs(command, args, this_executable or sys.executable, parent_environ.get("PATH"))
     ):
         env[ENV_PYTHONPATH] = sitecustomize_dir
@@ -119,11 +123,31 @@ def child_environment(
     return env
 
 
-def _on_python_path(directory: str, python_path: str | None) -> bool:
-    if not python_path:
-        return False
+def runs_auto_instrumented(
+    directory: str,
+    parent_environ: Mapping[str, str],
+    import_path: Sequence[str] | None = None,
+    loaded_sitecustomize: str | None = None,
+) -> bool:
+    """Whether this process runs under ``opentelemetry-instrument``, whose ``sitecustomize`` is in ``directory``.
+
+    Any of: ``directory`` on ``PYTHONPATH`` (instrumentation 0.63b0 and later put it back there after
+    initialising), the loaded ``sitecustomize`` module living in it, or ``directory`` on the import path
+    (instrumentation 0.48b0 to 0.62b1 remove it from ``PYTHONPATH`` at start-up, so that alone misses them).
+    """
+    if _on_path(directory, (parent_environ.get(ENV_PYTHONPATH) or "").split(os.pathsep)):
+        return True
+    if loaded_sitecustomize is None:
+        module = sys.modules.get("sitecustomize")
+        loaded_sitecustomize = getattr(module, "__file__", None) or ""
+    if loaded_sitecustomize and _on_path(directory, [os.path.dirname(loaded_sitecustomize)]):
+        return True
+    return _on_path(directory, sys.path if import_path is None else import_path)
+
+
+def _on_path(directory: str, entries: Sequence[str]) -> bool:
     target = os.path.normcase(os.path.realpath(directory))
-    return any(entry and os.path.normcase(os.path.realpath(entry)) == target for entry in python_path.split(os.pathsep))
+    return any(entry and os.path.normcase(os.path.realpath(entry)) == target for entry in entries)
 
 
 # ------------------------------------------------------------------ the wrapper

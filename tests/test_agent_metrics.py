@@ -10,6 +10,7 @@ from typing import Any
 from acp_app import SECRET, TraceAgent, TraceClient, open_session, prompt
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader, PeriodicExportingMetricReader
+from sdk_versions import PER_HISTOGRAM_BUCKETS
 from spans import wait_spans_closed
 from test_agent_turns import USAGE, ScriptAgent, _tool, _tool_update
 
@@ -64,7 +65,6 @@ async def test_metrics_read_back(
     for side in (client, server):  # both sides of one connection pair recorded in this process
         assert {"initialize", "session/new", "session/prompt", "session/request_permission"} <= set(side)
         assert side["session/prompt"].count == 1
-        assert tuple(side["session/prompt"].explicit_bounds) == acp_metrics.REQUEST_BUCKETS
         assert side["_test.dev/missing"].attributes["error.type"] == "-32601"
         assert "error.type" not in side["session/prompt"].attributes
 
@@ -78,7 +78,7 @@ async def test_metrics_read_back(
             "gen_ai.agent.name": "test-agent",
             "acp.stop_reason": "end_turn",
         }
-        assert tuple(pt.explicit_bounds) == acp_metrics.TURN_BUCKETS and pt.count == 1
+        assert pt.count == 1
     (ttfc,) = points["acp.turn.time_to_first_chunk"]  # the agent's side only, like the turn's duration
     assert ttfc.count == 1 and 0 < ttfc.sum <= turns.sum
 
@@ -143,6 +143,55 @@ async def test_global_meter_provider_is_used_without_the_keyword(
     instruments.turn_duration.record(1.5, {"gen_ai.agent.name": "a"})
     assert _points(reader)["gen_ai.invoke_agent.duration"][0].sum == 1.5
     assert metrics.get_meter_provider() is not None
+
+
+class _MeterBefore130:
+    """A real SDK meter behind the API's signature before 1.30: ``create_histogram`` without the bucket advisory
+    (the newer API cannot be made to lack it; on the floors, ``nox -s floors``, the real 1.27 API is used too)."""
+
+    def __init__(self, meter: Any) -> None:
+        self._meter = meter
+
+    def create_histogram(self, name: str, unit: str = "", description: str = "") -> Any:
+        return self._meter.create_histogram(name, unit=unit, description=description)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._meter, name)
+
+
+def test_every_instrument_without_the_bucket_advisory(
+    reader: InMemoryMetricReader, meter_provider: MeterProvider, monkeypatch: Any, caplog: Any
+) -> None:
+    """An API without ``explicit_bucket_boundaries_advisory`` (before 1.30): every histogram and counter is still
+    made and records (the SDK's default buckets), and the missing advisory is said once, as a warning."""
+    monkeypatch.setattr(acp_metrics, "_no_advisory_said", False)
+    meter = _MeterBefore130(meter_provider.get_meter("acp_otel"))
+    with caplog.at_level("WARNING", logger="acp_otel"):
+        acp_metrics.Instruments(meter, buckets_from_views=True)  # the proxy's provider: its Views set the buckets
+        assert not [r for r in caplog.records if "bucket advisory" in r.getMessage()]
+        acp_metrics.Instruments(meter)
+        instruments = acp_metrics.Instruments(meter)
+    said = [r for r in caplog.records if "bucket advisory" in r.getMessage()]
+    assert len(said) == 1 and said[0].levelname == "WARNING"
+    for histogram in (
+        "client_duration",
+        "server_duration",
+        "turn_duration",
+        "client_turn_duration",
+        "tool_duration",
+        "first_chunk",
+    ):
+        getattr(instruments, histogram).record(2.5, {"gen_ai.agent.name": "a"})
+    for counter in ("input_tokens", "output_tokens", "cost"):
+        getattr(instruments, counter).add(3, {"gen_ai.agent.name": "a"})
+    data = reader.get_metrics_data()
+    metrics = {m.name: m for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics}
+    usage = {"acp.turn.usage.input_tokens", "acp.turn.usage.output_tokens", "acp.turn.usage.cost"}
+    assert set(metrics) == {*acp_metrics.HISTOGRAM_BUCKETS, *usage}
+    for name in acp_metrics.HISTOGRAM_BUCKETS:
+        (point,) = metrics[name].data.data_points
+        assert point.count == 1 and point.sum == 2.5
+        assert tuple(point.explicit_bounds) != acp_metrics.HISTOGRAM_BUCKETS[name]  # the SDK's default buckets
 
 
 async def test_records_start_when_a_provider_is_set_behind_the_proxy(
@@ -239,6 +288,40 @@ async def test_metrics_exported_over_otlp_to_loopback(instrument: Any, pair: Any
         "acp.turn.usage.input_tokens",
         "acp.turn.usage.output_tokens",
     } <= set(received)
-    turn = received["gen_ai.invoke_agent.duration"]
-    assert turn.unit == "s"
-    assert tuple(turn.histogram.data_points[0].explicit_bounds) == acp_metrics.TURN_BUCKETS
+    assert received["gen_ai.invoke_agent.duration"].unit == "s"
+
+
+@PER_HISTOGRAM_BUCKETS
+def test_each_histogram_exports_its_buckets() -> None:
+    """The bucket advisory of each histogram reaches the OTLP export (a user's provider, no View)."""
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+
+    server = _MetricsReceiver()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    endpoint = f"http://127.0.0.1:{server.server_address[1]}/v1/metrics"
+    mp = MeterProvider(metric_readers=[PeriodicExportingMetricReader(OTLPMetricExporter(endpoint=endpoint), 60_000)])
+    try:
+        instruments = acp_metrics.make_instruments(mp, "0")
+        assert instruments is not None
+        for histogram in (
+            "client_duration",
+            "server_duration",
+            "turn_duration",
+            "client_turn_duration",
+            "tool_duration",
+            "first_chunk",
+        ):
+            getattr(instruments, histogram).record(1.5)
+        assert mp.force_flush(10_000)
+    finally:
+        mp.shutdown()
+        server.shutdown()
+        server.server_close()
+    bounds = {
+        metric.name: tuple(metric.histogram.data_points[0].explicit_bounds)
+        for request in server.requests
+        for rm in request.resource_metrics
+        for sm in rm.scope_metrics
+        for metric in sm.metrics
+    }
+    assert bounds == acp_metrics.HISTOGRAM_BUCKETS

@@ -361,6 +361,18 @@ def test_documented_commands_use_the_port_of_their_protocol(doc: str) -> None:
     assert otlp_command_problems(commands) == []
 
 
+def test_readme_commands_fit_the_backend_it_suggests() -> None:
+    """The README shows Phoenix first, which takes traces only: its zero-code commands export no metrics (each
+    metrics export would be rejected, and with no receiver retried, holding up the exit) and no logs."""
+    commands = [
+        c for c in shell_commands((ROOT / "README.md").read_text(encoding="utf-8")) if "opentelemetry-instrument" in c
+    ]
+    assert commands
+    for command in commands:
+        assert "--metrics_exporter none" in command or "OTEL_METRICS_EXPORTER=none" in command, command
+    assert otlp_command_problems(commands) == []
+
+
 # --------------------------------------------------------------------------- the checks can fail
 
 

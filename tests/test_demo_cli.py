@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sdk_versions import EXAMPLES_IMPORT
+from sdk_versions import DEAD_GRPC_ENDPOINT_GIVES_UP, EXAMPLES_IMPORT
 
 from acp_otel import cli
 from acp_otel._demo import runner
@@ -45,6 +45,30 @@ def test_parser_defaults_are_the_options_defaults() -> None:
     assert options.timeout == 5.0 and options.client_args == ("--reject",)
 
 
+def test_install_hint_fits_the_installation() -> None:
+    """A pipx installation takes packages with pipx inject (pip would install them elsewhere)."""
+    home = str(Path.home())
+    hint = runner.install_hint("agent-client-protocol", f"{home}/.local/share/pipx/venvs/acp-otel")
+    assert hint == "pipx inject acp-otel agent-client-protocol"
+    assert runner.install_hint("agent-client-protocol", "/opt/pipx/venvs/acp-otel").startswith("pipx inject acp-otel ")
+    hint = runner.install_hint("agent-client-protocol", str(EXAMPLES.parent / ".venv"))
+    assert hint == f"{sys.executable} -m pip install agent-client-protocol"
+
+
+def test_where_to_look_follows_the_endpoint() -> None:
+    trace_id = "ab" * 16
+    phoenix = runner.where_to_look("http://127.0.0.1:6006", trace_id)
+    assert phoenix.startswith("look it up in Phoenix (http://127.0.0.1:6006)") and "project default" in phoenix
+    assert "16686" not in phoenix
+    named = runner.where_to_look("http://127.0.0.1:6006", trace_id, "a=b, openinference.project.name = mine")
+    assert "project mine" in named
+    collector = runner.where_to_look("http://otel.example:4318", trace_id)
+    assert f"http://otel.example:16686/trace/{trace_id}" in collector and "Tempo" in collector
+    assert "http://[::1]:16686/" in runner.where_to_look("http://[::1]:4317", trace_id)
+    saas = runner.where_to_look("https://api.example.com/otlp", trace_id)
+    assert saas == "look it up by its trace id in the backend behind https://api.example.com"
+
+
 def test_export_problems_tells_lost_batches_from_retries() -> None:
     stderr = "\n".join(
         [
@@ -63,10 +87,37 @@ def test_export_problems_tells_lost_batches_from_retries() -> None:
     assert runner.export_problems("[agent] INFO fine\n") == ([], [])
 
 
+def test_export_problems_reads_a_lost_batch_logged_with_its_traceback() -> None:
+    """Up to 1.39 the OTLP/HTTP exporter lets a connection error escape; the batch processor logs it with a
+    traceback (as here, from 1.27): one failure, named by the exception the traceback ends with."""
+    stderr = "\n".join(
+        [
+            "[client] ERROR Exception while exporting Span batch.",
+            "Traceback (most recent call last):",
+            '  File "urllib3/connection.py", line 239, in _new_conn',
+            "    sock = connection.create_connection(",
+            "ConnectionRefusedError: [Errno 111] Connection refused",
+            "",
+            "During handling of the above exception, another exception occurred:",
+            "",
+            "Traceback (most recent call last):",
+            '  File "requests/adapters.py", line 696, in send',
+            "requests.exceptions.ConnectionError: HTTPConnectionPool(host='127.0.0.1', port=9): Max retries exceeded",
+            "[agent] INFO new session sess-1 in /tmp",
+        ]
+    )
+    failures, retries = runner.export_problems(stderr)
+    assert failures == [
+        "[client] ERROR Exception while exporting Span batch: requests.exceptions.ConnectionError: "
+        "HTTPConnectionPool(host='127.0.0.1', port=9): Max retries exceeded"
+    ]
+    assert retries == []
+
+
 @EXAMPLES_IMPORT
 @pytest.mark.e2e
 @pytest.mark.timeout(90)
-@pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
+@pytest.mark.parametrize("protocol", ["http/protobuf", pytest.param("grpc", marks=DEAD_GRPC_ENDPOINT_GIVES_UP)])
 def test_demo_fails_when_nothing_can_be_exported(closed_port: int, tmp_path: Path, protocol: str) -> None:
     endpoint = f"http://127.0.0.1:{closed_port}"
     env = clean_env()
@@ -93,7 +144,8 @@ def test_demo_fails_when_nothing_can_be_exported(closed_port: int, tmp_path: Pat
     errors = [line for line in done.stderr.splitlines() if line.startswith("acp-otel demo: error:")]
     assert len(errors) == 1, done.stderr
     assert f"spans were not exported to {endpoint}" in errors[0]
-    assert "Failed to export" in errors[0]
+    # the exporter's own words (their wording differs between releases)
+    assert "Failed to export" in errors[0] or "Exception while exporting" in errors[0]
     assert "Traceback" not in done.stdout + done.stderr
     assert not (tmp_path / runner.DEFAULT_OUTPUT).exists()
 

@@ -21,13 +21,18 @@ from typing import Any
 import pytest
 from otlp_grpc_receiver import GrpcOtlpReceiver
 from sdk_sdist import DOWNLOAD_TIMEOUT, fetch_sdist
-from sdk_versions import EXAMPLES_IMPORT, PROMPT_SPAN_ENDS_BEFORE_RESPONSE, sdk_matches
+from sdk_versions import (
+    CHILDREN_OUTSIDE_SPAWN_AUTO_INSTRUMENTED,
+    EXAMPLES_IMPORT,
+    PROMPT_SPAN_ENDS_BEFORE_RESPONSE,
+    sdk_matches,
+)
 from spans import find, one
 
 from acp_otel._demo.otlp_json import read_otlp_json
 from acp_otel._demo.receiver import OtlpReceiver, ReceivedSpan
 from acp_otel._demo.traced_client import load_client
-from acp_otel._spawn import auto_instrumentation_dir
+from acp_otel._spawn import auto_instrumentation_dir, child_environment
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(60)]
 
@@ -264,6 +269,21 @@ async def test_spawned_agent_environment(instrument: Any, exporter: Any, monkeyp
     assert not [k for k in env if k.startswith("OTEL_") or k in ("TRACEPARENT", "PYTHONPATH")]
 
 
+def test_auto_instrumentation_found_without_pythonpath() -> None:
+    """opentelemetry-instrument 0.48b0 to 0.62b1 take their sitecustomize directory off PYTHONPATH as they start:
+    the directory is still found through the loaded sitecustomize module or the import path, so the child of an
+    auto-instrumented client gets it; a process that runs without it passes none on."""
+    site = auto_instrumentation_dir()
+    assert site is not None
+    parent = {"OTEL_TRACES_EXPORTER": "otlp", "PYTHONPATH": "/app"}  # what such a release leaves behind
+    elsewhere = os.path.join(os.path.dirname(site), "elsewhere", "sitecustomize.py")
+    for import_path, module in (([site, "/app"], elsewhere), (["/app"], os.path.join(site, "sitecustomize.py"))):
+        env = child_environment(sys.executable, ["agent.py"], None, parent, {}, site, None, import_path, module)
+        assert env["PYTHONPATH"] == site
+    env = child_environment(sys.executable, ["agent.py"], None, parent, {}, site, None, ["/app"], elsewhere)
+    assert "PYTHONPATH" not in env
+
+
 @EXAMPLES_IMPORT
 async def test_explicit_service_name_wins(
     instrument: Any,
@@ -414,6 +434,7 @@ def test_distro_and_exporter_come_without_extras() -> None:
 
 
 @pytest.mark.timeout(DOWNLOAD_TIMEOUT + 60)  # the first run on a machine downloads the SDK's sdist
+@CHILDREN_OUTSIDE_SPAWN_AUTO_INSTRUMENTED  # that client starts its agent with asyncio, not the SDK's spawn
 def test_sdk_example_client_terminates_its_agent(receiver: OtlpReceiver, sdk_examples: Path) -> None:
     """The SDK's own example client and agent, unmodified: one line, EOF, then it terminates the agent."""
     source = (sdk_examples / "client.py").read_text()
@@ -480,6 +501,30 @@ def test_demo_with_embedded_receiver(tmp_path: Path) -> None:
 
 @EXAMPLES_IMPORT
 @pytest.mark.usefixtures("demo_finds_examples")
+def test_demo_through_the_proxy(tmp_path: Path) -> None:
+    """``acp-otel demo --proxy``: the example agent started behind ``acp-otel proxy``, as an editor's agent
+    command would; the proxy's spans (its own service, tool spans for the untraced agent) join the trace."""
+    output = tmp_path / "trace.json"
+    done = subprocess.run(
+        [ACP_OTEL, "demo", "--proxy", "--output", str(output), "--color", "never"],
+        env=clean_env(),
+        cwd=str(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    spans = read_otlp_json(output)
+    assert len({s.trace_id for s in spans}) == 1
+    assert {s.service_name for s in spans} == {CLIENT_SERVICE, "agent-proxy"}  # the example agent is untraced
+    prompt = one(spans, "session/prompt example-agent", "CLIENT", "agent-proxy")
+    tools = [s for s in spans if s.name.startswith("execute_tool") and s.parent_span_id == prompt.span_id]
+    assert {s.service_name for s in tools} == {"agent-proxy"} and len(tools) == 3
+    assert "agent-proxy is acp-otel proxy" in done.stdout
+
+
+@EXAMPLES_IMPORT
+@pytest.mark.usefixtures("demo_finds_examples")
 def test_demo_with_endpoint_prints_the_trace_id(receiver: OtlpReceiver, tmp_path: Path) -> None:
     env = clean_env()
     env["OTEL_EXPORTER_OTLP_ENDPOINT"] = receiver.http_endpoint
@@ -489,6 +534,9 @@ def test_demo_with_endpoint_prints_the_trace_id(receiver: OtlpReceiver, tmp_path
     spans = receiver.wait_for(lambda spans: len({s.service_name for s in spans}) == 2, timeout=10)
     assert {s.trace_id for s in spans} == {trace_id}
     assert not (tmp_path / "acp-otel-demo-trace.json").exists()
+    # where to look follows the endpoint: this receiver is neither Phoenix nor on an OTLP port, so no UI is named
+    assert f"look it up by its trace id in the backend behind {receiver.http_endpoint}" in done.stdout
+    assert "16686" not in done.stdout
 
 
 def test_demo_fails_clearly_without_examples(tmp_path: Path) -> None:

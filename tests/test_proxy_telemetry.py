@@ -13,6 +13,7 @@ from acp_app import open_session, prompt
 from harness import PROXY, PY_AGENT, base_env, proxied_client
 from otlp_sink import OtlpSink
 
+from acp_otel._metrics import HISTOGRAM_BUCKETS, make_instruments
 from acp_otel._proxy import telemetry
 
 
@@ -34,10 +35,20 @@ def test_spans_and_metrics_export_with_the_resource(sink: OtlpSink, monkeypatch:
     assert meter_provider is not None
     tel.tracer().start_span("probe").end()
     meter_provider.get_meter("probe").create_counter("probe.count").add(1)
+    instruments = make_instruments(meter_provider, "0")
+    assert instruments is not None
+    for histogram in (instruments.client_duration, instruments.turn_duration, instruments.tool_duration):
+        histogram.record(1.5)
     assert tel.flush(10)
     spans = sink.wait_for(lambda s: any(x.name == "probe" for x in s))
     assert [s.service for s in spans if s.name == "probe"] == ["derived-name"]
     assert ("derived-name", "probe.count") in sink.metrics
+    # Each histogram with its own buckets, on every supported SDK (the proxy's Views; an advisory alone is not
+    # applied in full before SDK 1.32, and 1.31 would give the three the first one's)
+    assert sink.histogram_bounds == {
+        name: HISTOGRAM_BUCKETS[name]
+        for name in ("acp.client.operation.duration", "gen_ai.invoke_agent.duration", "gen_ai.execute_tool.duration")
+    }
     meter_provider.shutdown()
     tel.provider.shutdown()
 

@@ -55,6 +55,10 @@ def test_invalid_values_use_defaults(caplog) -> None:
     warned = " | ".join(r.getMessage() for r in caplog.records if r.name == "acp_otel")
     for name in (*env, "excluded_methods", "unknown_option"):
         assert name in warned, name
+    # The values as a user writes them, not Python reprs of tuples and booleans.
+    assert "CAPTURE_CONTENT (expected true or false); using false" in warned
+    assert "TOOL_SPANS (expected one of auto, always, never); using auto" in warned
+    assert "('" not in warned and "False" not in warned
 
 
 def test_method_matcher_wildcards_are_exact() -> None:
@@ -88,7 +92,8 @@ def test_invalid_boolean_keeps_the_default_and_warns(name: str, invalid: str, ca
         assert settings == Settings()
     warnings = [r.getMessage() for r in caplog.records if r.name == "acp_otel" and r.levelno == logging.WARNING]
     assert len(warnings) == 3, warnings
-    assert env_name in warnings[0] and repr(invalid) in warnings[0] and repr(default) in warnings[0]
+    shown = "true" if default else "false"
+    assert env_name in warnings[0] and repr(invalid) in warnings[0] and warnings[0].endswith(f"using {shown}")
     assert name in warnings[1] and repr(invalid) in warnings[1]
 
 

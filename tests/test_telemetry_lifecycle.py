@@ -20,7 +20,7 @@ import pytest
 from harness import base_env
 from otlp_grpc_receiver import GrpcOtlpReceiver
 from otlp_sink import OtlpSink, closed_port
-from sdk_versions import EXAMPLES_IMPORT
+from sdk_versions import DEAD_GRPC_ENDPOINT_GIVES_UP, EXAMPLES_IMPORT
 
 from acp_otel import _child_env as ce
 from acp_otel._spawn import auto_instrumentation_dir, child_environment
@@ -344,6 +344,7 @@ def test_http_exporter_at_a_grpc_port_one_line() -> None:
 
 
 @EXAMPLES_IMPORT
+@DEAD_GRPC_ENDPOINT_GIVES_UP
 @pytest.mark.e2e
 def test_grpc_exporter_at_an_http_port_one_line() -> None:
     baseline, _ = _run_editor(AGENT, traced=False)

@@ -23,14 +23,16 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TextIO
+from urllib.parse import urlsplit
 
 CLIENT_SERVICE_NAME = "acp-example-client"
 DEFAULT_OUTPUT = "acp-otel-demo-trace.json"
@@ -39,9 +41,13 @@ ENDPOINT_VARS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPO
 EXCERPT_TAGS = ("[init]", "[session]", "[prompt]", "[permission]", "[fs]", "[ext]", "[notify]", "[stop]")
 EXCERPT_FALLBACK_LINES = 12
 # What the OTLP exporters (HTTP and gRPC) log when a batch is finally lost; "Transient error" lines are
-# retries that may still succeed.
-EXPORT_FAILURE_MARKERS = ("Failed to export", "aborting retry")
+# retries that may still succeed. Up to 1.39 the HTTP exporter lets a connection error escape, which the
+# batch processor logs as "Exception while exporting Span batch." with a traceback.
+EXPORT_FAILURE_MARKERS = ("Failed to export", "aborting retry", "Exception while exporting")
 EXPORT_RETRY_MARKER = "Transient error"
+# The lines of a traceback after its log line, and the one that names the exception (its last such line).
+_TRACEBACK_LINE = re.compile(r"^(?:\s|Traceback \(most recent call last\):|The above exception|During handling|$)")
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Timeout)\b(?::.*)?$")
 PACKAGED_EXAMPLES = Path(__file__).resolve().parent / "examples"
 ABOUT_LINES = (
     "what you see:",
@@ -56,11 +62,19 @@ ABOUT_LINES = (
 )
 
 
-def print_about(out: TextIO) -> None:
+PROXY_ABOUT_LINE = (
+    "  · agent-proxy is acp-otel proxy in front of the (untraced) example agent: its spans are what an editor's "
+    "agent command `acp-otel proxy -- AGENT` gives"
+)
+
+
+def print_about(out: TextIO, proxy: bool = False) -> None:
     """What the trace shows that the demo made up or that surprises, and what to do next."""
     print(file=out)
     for line in ABOUT_LINES:
         print(line, file=out)
+        if proxy and line == ABOUT_LINES[2]:
+            print(PROXY_ABOUT_LINE, file=out)
 
 
 class DemoError(Exception):
@@ -77,6 +91,7 @@ class DemoOptions:
     color: str = "auto"
     timeout: float = 60.0
     client_args: tuple[str, ...] = ()
+    proxy: bool = False
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -106,6 +121,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--timeout", type=float, default=defaults.timeout, help="seconds the client may run (default: %(default)s)"
     )
     parser.add_argument(
+        "--proxy",
+        action="store_true",
+        help="start the agent as an editor would with acp-otel proxy: `acp-otel proxy -- python agent.py`",
+    )
+    parser.add_argument(
         "client_args", nargs=argparse.REMAINDER, help="arguments for the example client, after -- (e.g. -- --reject)"
     )
 
@@ -122,7 +142,18 @@ def options_from_args(args: argparse.Namespace) -> DemoOptions:
         color=args.color,
         timeout=args.timeout,
         client_args=tuple(client_args),
+        proxy=args.proxy,
     )
+
+
+def behind_proxy(client_args: tuple[str, ...], examples: Path) -> tuple[str, ...]:
+    """The example client's arguments with its agent command (``-- CMD``, or the example agent) behind the
+    proxy: ``-- python -m acp_otel.cli proxy -- CMD`` (this Python, so the installed acp-otel is used)."""
+    proxy = (sys.executable, "-m", "acp_otel.cli", "proxy", "--")
+    if "--" in client_args:
+        split = client_args.index("--")
+        return (*client_args[: split + 1], *proxy, *client_args[split + 1 :])
+    return (*client_args, "--", *proxy, sys.executable, str(examples / "agent.py"))
 
 
 # ------------------------------------------------------------------ checks
@@ -154,16 +185,27 @@ def find_opentelemetry_instrument() -> str:
         return found
     raise DemoError(
         "opentelemetry-instrument was not found (it comes with opentelemetry-instrumentation, a dependency of "
-        "acp-otel: pip install acp-otel)."
+        "acp-otel): " + install_hint("opentelemetry-instrumentation")
     )
+
+
+def install_hint(package: str, prefix: str | None = None) -> str:
+    """The command that installs ``package`` beside acp-otel: ``pipx inject acp-otel …`` when acp-otel runs in
+    a pipx environment (``prefix``, default ``sys.prefix``: ``…/pipx/venvs/acp-otel``), else this Python's pip."""
+    parts = Path(prefix if prefix is not None else sys.prefix).parts
+    if len(parts) >= 3 and parts[-3] == "pipx" and parts[-2] == "venvs":
+        return f"pipx inject {parts[-1]} {package}"
+    return f"{sys.executable} -m pip install {package}"
 
 
 def check_requirements() -> None:
     """Fail early and clearly when the ACP SDK or the OTLP exporter is missing."""
     if importlib.util.find_spec("acp") is None:
-        raise DemoError("the ACP Python SDK is not installed (import acp failed): pip install agent-client-protocol")
+        raise DemoError(
+            "the ACP Python SDK is not installed (import acp failed): " + install_hint("agent-client-protocol")
+        )
     if importlib.util.find_spec("opentelemetry.exporter.otlp.proto.http") is None:
-        raise DemoError("the OTLP/HTTP exporter is not installed: pip install opentelemetry-exporter-otlp")
+        raise DemoError("the OTLP/HTTP exporter is not installed: " + install_hint("opentelemetry-exporter-otlp"))
 
 
 # ------------------------------------------------------------------ running
@@ -275,6 +317,8 @@ def run_demo(options: DemoOptions, out: TextIO | None = None) -> int:
     instrument = find_opentelemetry_instrument()
     width = options.width or min(shutil.get_terminal_size((110, 24)).columns, 140)
     color = _use_color(options.color, out)
+    if options.proxy:
+        options = replace(options, client_args=behind_proxy(options.client_args, examples))
     endpoint = next((os.environ[v] for v in ENDPOINT_VARS if os.environ.get(v)), None)
     if endpoint is not None:
         return _run_with_endpoint(options, instrument, examples, endpoint, width, out)
@@ -302,11 +346,31 @@ def _check_client(run: ClientRun) -> None:
 
 
 def export_problems(stderr: str) -> tuple[list[str], list[str]]:
-    """The exporters' log lines in ``stderr`` of lost batches and of retries (which may have succeeded)."""
-    lines = [line.strip() for line in stderr.splitlines()]
-    failures = [line for line in lines if any(marker in line for marker in EXPORT_FAILURE_MARKERS)]
-    retries = [line for line in lines if EXPORT_RETRY_MARKER in line]
+    """The exporters' log lines in ``stderr`` of lost batches and of retries (which may have succeeded).
+
+    A lost batch logged with a traceback is one line: the log line and the exception the traceback ends with.
+    """
+    lines = stderr.splitlines()
+    failures: list[str] = []
+    for index, line in enumerate(lines):
+        if any(marker in line for marker in EXPORT_FAILURE_MARKERS):
+            below = _exception_below(lines, index + 1)
+            failures.append(line.strip().rstrip(".") + below if below else line.strip())
+    retries = [line.strip() for line in lines if EXPORT_RETRY_MARKER in line]
     return failures, retries
+
+
+def _exception_below(lines: list[str], start: int) -> str:
+    """``": <exception line>"`` when a traceback follows ``lines[start - 1]``, else nothing."""
+    if start >= len(lines) or not lines[start].startswith("Traceback"):
+        return ""
+    named = ""
+    for line in lines[start:]:
+        if _EXCEPTION_LINE.match(line):
+            named = line.strip()
+        elif not _TRACEBACK_LINE.match(line):
+            break
+    return f": {named}" if named else ""
 
 
 def _check_export(run: ClientRun, endpoint: str, err: TextIO) -> None:
@@ -339,13 +403,38 @@ def _run_with_endpoint(
     # exporters only log it (to the client's stderr, which also carries the agent's).
     _check_export(run, endpoint, sys.stderr)
     print(f"trace id: {run.trace_id}", file=out)
-    print(
-        f"look it up in Jaeger (http://localhost:16686/trace/{run.trace_id}) or in Grafana "
-        "(Explore → Tempo → query type Search or TraceQL → the trace id)",
-        file=out,
-    )
-    print_about(out)
+    print(where_to_look(endpoint, run.trace_id, os.environ.get("OTEL_RESOURCE_ATTRIBUTES", "")), file=out)
+    print_about(out, options.proxy)
     return 0
+
+
+PHOENIX_PORT = 6006  # Phoenix's UI and OTLP/HTTP port (its OTLP/gRPC port is the standard 4317)
+OTLP_PORTS = (4317, 4318)  # a Collector's, or a backend's own OTLP receiver (Jaeger, Tempo, ...)
+
+
+def where_to_look(endpoint: str, trace_id: str, resource_attributes: str = "") -> str:
+    """Where to find the trace, for the backend the endpoint points at: Phoenix by its port, a Collector or an
+    OTLP receiver by the OTLP ports (Jaeger's or Grafana's UI on the same host), otherwise the trace id alone."""
+    parts = urlsplit(endpoint if "://" in endpoint else f"http://{endpoint}")
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    host = parts.hostname or "localhost"
+    host = f"[{host}]" if ":" in host else host
+    if port == PHOENIX_PORT:
+        project = "default"
+        for item in resource_attributes.split(","):
+            key, _, value = item.partition("=")
+            if key.strip() == "openinference.project.name" and value.strip():
+                project = value.strip()
+        return f"look it up in Phoenix ({parts.scheme}://{host}:{port}): project {project}, its traces"
+    if port in OTLP_PORTS:
+        return (
+            f"look it up in Jaeger (http://{host}:16686/trace/{trace_id}) or in Grafana "
+            "(Explore → Tempo → query type Search or TraceQL → the trace id), wherever your collector sends it"
+        )
+    return f"look it up by its trace id in the backend behind {parts.scheme}://{parts.netloc}"
 
 
 def _run_with_receiver(
@@ -397,5 +486,5 @@ def _run_with_receiver(
                 "the agent's spans did not arrive (services seen: "
                 f"{', '.join(sorted(services))}); is OTEL_PYTHON_ACP_PROPAGATE_ENV set to false?"
             )
-    print_about(out)
+    print_about(out, options.proxy)
     return 0

@@ -225,14 +225,22 @@ class _Tracing:
             if early:
                 early_tracer = deferred.DeferredTracer(decide, self.go.set, EARLY_SPANS) if decide is not None else None
                 early_meters = deferred.DeferredMeterProvider() if self.metrics else None
-                instruments = _metrics.make_instruments(early_meters, __version__) if early_meters else None
+                instruments = (
+                    _metrics.make_instruments(early_meters, __version__, buckets_from_views=True)
+                    if early_meters
+                    else None
+                )
                 self.tracer = self._engine(early_tracer, settings, instruments)
                 self._ready()  # from here on lines are traced; the SDK comes next
                 self.go.wait()
             try:
                 tel = self._telemetry()
                 meter_provider = tel.add_meter_provider() if self.metrics else None
-                real_instruments = _metrics.make_instruments(meter_provider, __version__) if meter_provider else None
+                real_instruments = (
+                    _metrics.make_instruments(meter_provider, __version__, buckets_from_views=True)
+                    if meter_provider
+                    else None
+                )
             except Exception:
                 if early:  # nothing will record what the engine keeps: it stops keeping it
                     with self.tracer.lock:

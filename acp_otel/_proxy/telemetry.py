@@ -256,7 +256,24 @@ def meter_provider_from_env(resource: Any, accounts: list[MetricAccount] | None 
     from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
     readers = [PeriodicExportingMetricReader(e) for e in exporters]
-    return MeterProvider(metric_readers=readers, resource=resource, shutdown_on_exit=False)
+    return MeterProvider(metric_readers=readers, resource=resource, shutdown_on_exit=False, views=histogram_views())
+
+
+def histogram_views() -> list[Any]:
+    """One View per histogram of the engine (meter ``acp_otel``), with that histogram's bucket boundaries.
+
+    The engine asks for its boundaries with the API's advisory, which the SDK applies in full from 1.32 only
+    (before 1.30 there is no advisory, 1.30 ignores it, 1.31 gives every histogram the first one's); Views hold
+    on every supported SDK. The provider is the proxy's own, so it is the proxy's to configure.
+    """
+    from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
+
+    from .._metrics import HISTOGRAM_BUCKETS
+
+    return [
+        View(meter_name="acp_otel", instrument_name=name, aggregation=ExplicitBucketHistogramAggregation(buckets))
+        for name, buckets in HISTOGRAM_BUCKETS.items()
+    ]
 
 
 def _probe(url: str) -> str:

@@ -57,6 +57,7 @@ class OtlpSink:
         """``metrics_status``: what ``/v1/metrics`` answers (405: a backend that takes traces only)."""
         self.spans: list[Span] = []
         self.metrics: list[tuple[str, str]] = []  # (service.name, metric name) per exported data point set
+        self.histogram_bounds: dict[str, tuple[float, ...]] = {}  # metric name -> a data point's bucket bounds
         self.requests = 0
         self._lock = threading.Lock()
         sink = self
@@ -126,6 +127,8 @@ class OtlpSink:
                 for scope_metrics in resource_metrics.scope_metrics:
                     for metric in scope_metrics.metrics:
                         self.metrics.append((str(resource.get("service.name")), metric.name))
+                        for point in metric.histogram.data_points if metric.HasField("histogram") else ():
+                            self.histogram_bounds[metric.name] = tuple(point.explicit_bounds)
 
     def env(self) -> dict[str, str]:
         """OTEL_* variables that point a process's OTLP/HTTP exporter here, exporting quickly."""

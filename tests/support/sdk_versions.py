@@ -50,3 +50,38 @@ REMOTE_TRANSPORTS = requires_sdk(
     ">=1.0.0rc3",
     reason="the Streamable HTTP and WebSocket transports (acp.http, acp.ws, extra 'http') first ship in 1.0.0rc3",
 )
+
+
+# -- OpenTelemetry releases (pyproject.toml allows API/SDK from 1.27, instrumentation from 0.48b0: nox -s floors)
+
+
+def otel_matches(distribution: str, spec: str) -> bool:
+    """Whether the installed ``distribution`` (an OpenTelemetry package) is in ``spec``."""
+    return SpecifierSet(spec).contains(version(distribution), prereleases=True)
+
+
+def requires_otel(distribution: str, spec: str, reason: str) -> pytest.MarkDecorator:
+    """Skip a test unless the installed OpenTelemetry ``distribution`` is in ``spec``, saying why."""
+    return pytest.mark.skipif(
+        not otel_matches(distribution, spec), reason=f"{distribution} {version(distribution)}: {reason}"
+    )
+
+
+PER_HISTOGRAM_BUCKETS = requires_otel(
+    "opentelemetry-sdk",
+    ">=1.32",
+    reason="the OTLP export carries each histogram's advisory buckets from 1.32 (the API has the advisory from 1.30; "
+    "1.30 ignores it, 1.31 gives every histogram the first one's buckets); counts and sums are right on every release",
+)
+DEAD_GRPC_ENDPOINT_GIVES_UP = requires_otel(
+    "opentelemetry-exporter-otlp-proto-grpc",
+    ">=1.35",
+    reason="before 1.35 the OTLP/gRPC exporter retries an endpoint that does not answer gRPC (nothing listening, an "
+    "HTTP port) with back-off for about a minute, whatever its timeout: the batch is still pending at exit",
+)
+CHILDREN_OUTSIDE_SPAWN_AUTO_INSTRUMENTED = requires_otel(
+    "opentelemetry-instrumentation",
+    ">=0.63b0",
+    reason="before 0.63b0 opentelemetry-instrument takes its sitecustomize directory off PYTHONPATH as it starts, "
+    "so a Python child started other than through the SDK's spawn is not auto-instrumented",
+)
