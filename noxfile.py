@@ -47,12 +47,12 @@ RANDOM_ORDER_CELL = ("3.13", LATEST)
 LIFECYCLE_FILES = ("tests/test_proxy_shutdown.py", "tests/test_telemetry_lifecycle.py")
 LIFECYCLE_CELLS = {("3.10", "0.8.1"), ("3.13", NEXT)}
 
-# -- CI lanes. `.ci/run` runs the default sessions in two nox processes side by side: the sessions tagged "ci-1"
-# (`nox -t ci-1`) in one, every other default session in the other. One suite keeps about three quarters of a core
-# busy, so two fill the machine's two cores. ci-1 holds every session that runs the process-lifecycle files, so that
-# their shutdown sequences never run twice at once (and only one at a time holds the default OTLP port), and two
-# more cells; the other lane has the remaining cells, the SDK's suites and the pre-release check, then phoenix,
-# real_agents, the wheel check and mypy. Keep the two lanes' times about even (CONTRIBUTING.md, "CI").
+# -- CI lanes. `.ci/run` runs the default sessions in two lanes: the sessions tagged "ci-1" (`nox -t ci-1`), then
+# every other default session; with CI_LANES=2 the two run side by side in two nox processes (one suite keeps
+# about three quarters of a core busy, so two fill the machine's two cores). ci-1 holds every session that runs the
+# process-lifecycle files, so that side by side their shutdown sequences never run twice at once (and only one at a
+# time holds the default OTLP port), and two more cells; the other lane has the remaining cells, the SDK's suites
+# and the pre-release check, then phoenix, real_agents, the wheel check and mypy (CONTRIBUTING.md, "CI").
 CI_LANE_1 = ["ci-1"]
 CI_LANE_1_CELLS = LIFECYCLE_CELLS | {("3.12", LATEST), ("3.11", "0.9.0")}
 
