@@ -249,7 +249,7 @@ KIMI_CLI = "kimi-cli==1.52.0"
 @nox.session(python=REAL_AGENTS_PYTHON)
 def real_agents(session: nox.Session) -> None:
     """Claude Code, codex, kimi-cli and Qwen Code behind ``acp-otel proxy``, offline (a scripted model)."""
-    # uv (from PyPI) resolves kimi-cli's ~150 dependencies in seconds where pip takes minutes.
+    # uv (nox's, or from PyPI) resolves kimi-cli's ~150 dependencies in seconds where pip takes minutes.
     uv = _uv(session)
     python = os.path.join(session.bin, "python")
     session.run(uv, "pip", "install", "--quiet", "--python", python, _package("[test]"), KIMI_CLI, "pytest-xdist")
