@@ -20,6 +20,8 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
+from pathlib import Path
 
 import nox
 
@@ -40,22 +42,37 @@ README_CELL = ("3.11", LATEST)
 # wrapt the package allows) and `random_order` (shuffled, fixed seed); the matrix does not repeat them.
 FLOORS_CELL = ("3.10", LATEST)
 RANDOM_ORDER_CELL = ("3.13", LATEST)
+# The proxy's and the editor's process lifecycle (real shutdown sequences, seconds each: over a minute a run)
+# hardly depends on the SDK release: these files run in the README cell (scripts/test.sh), on the oldest
+# release and on the next major, not in every cell, to keep CI well inside its time (floors and random_order
+# run the whole suite, these files included).
+LIFECYCLE_FILES = ("tests/test_proxy_shutdown.py", "tests/test_telemetry_lifecycle.py")
+LIFECYCLE_CELLS = {("3.10", "0.8.1"), ("3.13", NEXT)}
+
+# -- CI lanes. `.ci/run` runs the default sessions in two lanes: the sessions tagged "ci-1" (`nox -t ci-1`), then
+# every other default session; with CI_LANES=2 the two run side by side in two nox processes (one suite keeps
+# about three quarters of a core busy, so two fill the machine's two cores). ci-1 holds every session that runs the
+# process-lifecycle files, so that side by side their shutdown sequences never run twice at once (and only one at a
+# time holds the default OTLP port), and two more cells; the other lane has the remaining cells, the SDK's suites
+# and the pre-release check, then phoenix, real_agents, the wheel check and mypy (CONTRIBUTING.md, "CI").
+CI_LANE_1 = ["ci-1"]
+CI_LANE_1_CELLS = LIFECYCLE_CELLS | {("3.12", LATEST), ("3.11", "0.9.0")}
+
+
+def _cell(py: str, sdk: str) -> nox.param:
+    tags = CI_LANE_1 if (py, sdk) in CI_LANE_1_CELLS else []
+    return nox.param(py, sdk, id=f"python='{py}', sdk='{sdk}'", tags=tags)
+
+
 MATRIX = [
     *(
-        nox.param(py, sdk, id=f"python='{py}', sdk='{sdk}'")
+        _cell(py, sdk)
         for sdk in (LATEST, NEXT)
         for py in PYTHONS
         if (py, sdk) not in (README_CELL, FLOORS_CELL, RANDOM_ORDER_CELL)
     ),
-    *(nox.param(py, sdk, id=f"python='{py}', sdk='{sdk}'") for sdk, py in OLDER.items()),
+    *(_cell(py, sdk) for sdk, py in OLDER.items()),
 ]
-
-
-# The proxy's and the editor's process lifecycle (real shutdown sequences, seconds each: over a minute a run)
-# hardly depends on the SDK release: these files run in the README cell (scripts/test.sh), on the oldest
-# release and on the next major, not in every cell, to keep CI well inside its time.
-LIFECYCLE_FILES = ("tests/test_proxy_shutdown.py", "tests/test_telemetry_lifecycle.py")
-LIFECYCLE_CELLS = {("3.10", "0.8.1"), ("3.13", NEXT)}
 
 
 def _use_pyenv_interpreters() -> None:
@@ -98,10 +115,48 @@ _use_pyenv_interpreters()
 REMOTE_TEST_DEPS = ["uvicorn", "opentelemetry-instrumentation-starlette", "opentelemetry-instrumentation-httpx"]
 
 
+# -- How sessions install. The environments are the standard library's venv (with pip: scripts/sdk_suite.py and
+# the SDK's sdist download use it); uv installs into them when it is beside nox (scripts/matrix.sh puts it there) or
+# on PATH: seconds where pip takes twenty or more, and with one cache for every session. Without uv, pip installs.
+UV = shutil.which("uv", path=os.path.dirname(sys.executable)) or shutil.which("uv")
+# ACP_OTEL_WHEEL names a wheel of this repository, built once (`.ci/run` builds it, from the sdist): every session
+# installs it instead of building the source tree again, and sessions running side by side never build in the
+# same tree at once. Unset, sessions install the source tree (".").
+WHEEL = os.environ.get("ACP_OTEL_WHEEL")
+
+
+def _package(extras: str = "") -> str:
+    """acp-otel with ``extras`` (e.g. "[test]"): the prebuilt wheel when there is one, else the source tree."""
+    if WHEEL:
+        return f"acp-otel{extras} @ {Path(WHEEL).resolve().as_uri()}"
+    return f".{extras}"
+
+
+def _pip_install(session: nox.Session, *args: str) -> None:
+    """``pip install args`` into the session's environment, through uv when there is one."""
+    if UV is None:
+        session.install(*args)
+        return
+    python = os.path.join(session.bin, "python")
+    # acp-otel itself is built afresh every time (never a wheel uv cached from older sources).
+    fresh = ("--reinstall-package", "acp-otel") if any(a.startswith((".", "acp-otel")) for a in args) else ()
+    session.run(UV, "pip", "install", "--quiet", *fresh, "--python", python, *args)
+
+
+def _uv(session: nox.Session) -> str:
+    """uv for the sessions that cannot do without it (phoenix, real_agents): nox's, else installed from PyPI."""
+    if UV is not None:
+        return UV
+    session.install("uv")
+    return "uv"
+
+
 def _install(session: nox.Session, sdk: str, extras: str = "", remote: bool = False) -> None:
     # An exact pin such as ==1.0.0rc3 selects a pre-release without --pre.
     sdk_extra = "[http]" if remote else ""
-    session.install(f".{extras}", f"agent-client-protocol{sdk_extra}=={sdk}", *(REMOTE_TEST_DEPS if remote else ()))
+    _pip_install(
+        session, _package(extras), f"agent-client-protocol{sdk_extra}=={sdk}", *(REMOTE_TEST_DEPS if remote else ())
+    )
     session.run(
         "python",
         "-c",
@@ -129,7 +184,8 @@ def matrix(session: nox.Session, sdk: str) -> None:
 def sdk_suite(session: nox.Session, sdk: str) -> None:
     """The SDK's own tests from its sdist, run plain and with tracing on (see scripts/sdk_suite.py)."""
     _install(session, sdk)
-    session.run("python", "scripts/sdk_suite.py", sdk)  # its summary: summary-SDK.json in the sdist cache
+    # Its summary: summary-SDK.json in the sdist cache. ACP_OTEL_UV: the SDK's test tools are installed with uv too.
+    session.run("python", "scripts/sdk_suite.py", sdk, env={"ACP_OTEL_UV": UV or ""})
 
 
 @nox.session(python=SDK_SUITE_PYTHON)
@@ -140,7 +196,7 @@ def prerelease_zero_code(session: nox.Session) -> None:
     packaging 26 let a pre-release match only a range that names one (see acp_otel/package.py).
     """
     _install(session, NEXT, "[test]")
-    session.install("packaging==25.0")
+    _pip_install(session, "packaging==25.0")
     session.run(
         "python",
         "-c",
@@ -162,17 +218,17 @@ def phoenix(session: nox.Session) -> None:
 
     Phoenix gets a virtual environment of its own (inside this session's), so its pins never change the
     packages acp-otel is tested with; ``tests/backends/check_phoenix.py`` starts it, runs the turns and stops it.
-    Both installs go through uv (from PyPI, into this session): pip takes minutes to resolve Phoenix's
+    Both installs go through uv (nox's, or from PyPI into this session): pip takes minutes to resolve Phoenix's
     dependencies, uv seconds.
     """
-    session.install("uv")
+    uv = _uv(session)
     test_python = os.path.join(session.bin, "python")
     server_env = os.path.join(session.virtualenv.location, "phoenix-server")
     server_python = os.path.join(server_env, "bin", "python")
-    uv_install = ("uv", "pip", "install", "--quiet", "--python")
-    session.run(*uv_install, test_python, ".[test]", f"agent-client-protocol=={LATEST}")
+    uv_install = (uv, "pip", "install", "--quiet", "--python")
+    session.run(*uv_install, test_python, _package("[test]"), f"agent-client-protocol=={LATEST}")
     if not os.path.exists(server_python):
-        session.run("uv", "venv", "--quiet", "--python", test_python, server_env)
+        session.run(uv, "venv", "--quiet", "--python", test_python, server_env)
     session.run(*uv_install, server_python, f"arize-phoenix=={PHOENIX}")
     session.run(
         "pytest",
@@ -195,10 +251,10 @@ KIMI_CLI = "kimi-cli==1.52.0"
 @nox.session(python=REAL_AGENTS_PYTHON)
 def real_agents(session: nox.Session) -> None:
     """Claude Code, codex, kimi-cli and Qwen Code behind ``acp-otel proxy``, offline (a scripted model)."""
-    # uv (from PyPI) resolves kimi-cli's ~150 dependencies in seconds where pip takes minutes.
-    session.install("uv")
+    # uv (nox's, or from PyPI) resolves kimi-cli's ~150 dependencies in seconds where pip takes minutes.
+    uv = _uv(session)
     python = os.path.join(session.bin, "python")
-    session.run("uv", "pip", "install", "--quiet", "--python", python, ".[test]", KIMI_CLI, "pytest-xdist")
+    session.run(uv, "pip", "install", "--quiet", "--python", python, _package("[test]"), KIMI_CLI, "pytest-xdist")
     root = os.getcwd()
     session.chdir("tests/real_agents")
     # Not `npm ci`: Qwen Code's optional clipboard dependency names per-platform packages that were never
@@ -240,10 +296,10 @@ FLOORS = {
 RANDOM_ORDER_SEED = 20261202
 
 
-@nox.session(python=FLOORS_CELL[0])
+@nox.session(python=FLOORS_CELL[0], tags=CI_LANE_1)
 def floors(session: nox.Session) -> None:
     """The whole test suite on the declared minimum versions of OpenTelemetry and wrapt (SDK: the latest)."""
-    session.install(".[test]", *(f"{name}=={version}" for name, version in FLOORS.items()))
+    _pip_install(session, _package("[test]"), *(f"{name}=={version}" for name, version in FLOORS.items()))
     session.run(
         "python",
         "-c",
@@ -256,11 +312,11 @@ def floors(session: nox.Session) -> None:
     session.run("pytest", "-q", "-rs", "-p", "no:cacheprovider", *session.posargs)
 
 
-@nox.session(python=RANDOM_ORDER_CELL[0])
+@nox.session(python=RANDOM_ORDER_CELL[0], tags=CI_LANE_1)
 def random_order(session: nox.Session) -> None:
     """The whole test suite once in a shuffled order (tests, classes and modules), with a fixed seed."""
     _install(session, RANDOM_ORDER_CELL[1], "[test]")
-    session.install("pytest-randomly")
+    _pip_install(session, "pytest-randomly")
     session.run(
         "pytest",
         "-q",

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Compatibility matrix on a fresh machine: installs nox into .venv (created with Python 3.11 if missing)
+# Compatibility matrix on a fresh machine: installs nox and uv into .venv (created with Python 3.11 if missing)
 # and runs the noxfile's default sessions: `matrix` (core span-contract tests over SDK releases x
 # Pythons) and `sdk_suite` (the SDK's own tests, plain and traced). Extra arguments go to nox, e.g.
 #   scripts/matrix.sh -s matrix
@@ -11,8 +11,9 @@ PYTHON="${PYTHON:-python3.11}"
 if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi
-if ! .venv/bin/python -c "import nox" 2>/dev/null; then
-    .venv/bin/python -m pip install -q "nox>=2024.4.15"
+# uv beside nox: the noxfile installs into the sessions' environments with it (pip when it is missing).
+if ! .venv/bin/python -c "import nox" 2>/dev/null || [ ! -x .venv/bin/uv ]; then
+    .venv/bin/python -m pip install -q "nox>=2024.4.15" uv
 fi
 # scripts/sdk_suite.py writes one summary-VERSION.json per SDK-suite run into the sdist cache folder;
 # remove those of earlier runs so that only this run's are printed.

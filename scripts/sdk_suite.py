@@ -98,10 +98,11 @@ def test_requirements(sdist: Path) -> list[str]:
 
 
 def install_requirements(version: str, reqs: list[str]) -> None:
-    # Keep the SDK exactly at the version under test while its test tools are installed.
-    proc = run(
-        [sys.executable, "-m", "pip", "install", "-q", *reqs, "pytest-timeout", f"agent-client-protocol=={version}"]
-    )
+    # Keep the SDK exactly at the version under test while its test tools are installed. ACP_OTEL_UV (set by the
+    # nox session when nox has uv) installs with uv, in seconds; otherwise pip.
+    uv = os.environ.get("ACP_OTEL_UV")
+    installer = [uv, "pip", "install", "--python", sys.executable] if uv else [sys.executable, "-m", "pip", "install"]
+    proc = run([*installer, "-q", *reqs, "pytest-timeout", f"agent-client-protocol=={version}"])
     if proc.returncode != 0:
         sys.exit("could not install the SDK's test requirements")
 

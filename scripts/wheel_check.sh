@@ -8,7 +8,8 @@
 #                               scripts/zero_code_turn.py)
 #   acp-otel proxy --help, and one traced initialize through acp-otel proxy to the packaged example agent
 #                              (scripts/proxy_check.py: the answer alone on stdout, the span at a receiver)
-# Usage: scripts/wheel_check.sh [SDK_VERSION ...]     (PYTHON selects the interpreter, default python3.11)
+# Usage: scripts/wheel_check.sh [SDK_VERSION ...]     (PYTHON selects the interpreter, default python3.11;
+#        ACP_OTEL_DIST=DIR checks the sdist and wheel that `python -m build --outdir DIR .` made, without building)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$PWD"
@@ -18,15 +19,22 @@ sdks=("$@")
 if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi
-.venv/bin/python -m pip install -q "build >= 1"
+[ -n "${ACP_OTEL_DIST:-}" ] || .venv/bin/python -m pip install -q "build >= 1"
 work="$(mktemp -d "${TMPDIR:-/tmp}/acp-otel-wheel-check.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 start=$SECONDS
 
-echo "== build (sdist, then the wheel from the sdist)"
-.venv/bin/python -m build -q --outdir "$work/dist" . >"$work/build.log" 2>&1 || { cat "$work/build.log"; exit 1; }
-wheel="$(ls "$work"/dist/*.whl)"
-sdist="$(ls "$work"/dist/*.tar.gz)"
+if [ -n "${ACP_OTEL_DIST:-}" ]; then
+    # .ci/run built them once (the same command) for every nox session too.
+    echo "== the sdist and the wheel built from it, in $ACP_OTEL_DIST"
+    dist="$ACP_OTEL_DIST"
+else
+    echo "== build (sdist, then the wheel from the sdist)"
+    dist="$work/dist"
+    .venv/bin/python -m build -q --outdir "$dist" . >"$work/build.log" 2>&1 || { cat "$work/build.log"; exit 1; }
+fi
+wheel="$(ls "$dist"/*.whl)"
+sdist="$(ls "$dist"/*.tar.gz)"
 echo "built $(basename "$wheel") and $(basename "$sdist")"
 must_have=(acp_otel/py.typed acp_otel/_demo/examples/client.py acp_otel/_demo/examples/agent.py
     acp_otel/_demo/examples/README.md acp_otel/_demo/receiver.py)

@@ -2,7 +2,8 @@
 
 Used by ``scripts/sdk_suite.py`` (the SDK's own test suite) and ``tests/test_e2e.py`` (the SDK's own
 examples). Standard library only. The cache folder is ``.nox/_sdk_suite`` in the repository unless
-``ACP_OTEL_SDK_CACHE`` names another; ``python tests/support/sdk_sdist.py`` prints it.
+``ACP_OTEL_SDK_CACHE`` names another; ``python tests/support/sdk_sdist.py [VERSION ...]`` fetches the given
+releases and prints it.
 """
 
 from __future__ import annotations
@@ -48,4 +49,8 @@ def fetch_sdist(version: str, cache_dir: Path = CACHE, timeout: float = DOWNLOAD
 
 
 if __name__ == "__main__":
+    # `python tests/support/sdk_sdist.py [VERSION ...]`: fetches the given releases (`.ci/run`, before nox
+    # sessions that share the cache run side by side), then prints the cache folder.
+    for _version in sys.argv[1:]:
+        fetch_sdist(_version)
     print(CACHE)
