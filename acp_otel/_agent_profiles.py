@@ -154,7 +154,7 @@ PROFILES: tuple[AgentProfile, ...] = (
         tool_name_titles=TITLE_PREFIX,
         telemetry="`OTEL_TELEMETRY_ENABLED=1` and `OTEL_*`",
         sends_tool_name="the identifier before the `:` of the first title",
-        sends_usage="`PromptResponse.usage`, per turn",
+        sends_usage="`PromptResponse.usage`, taken as the turn's",
     ),
     AgentProfile(
         key="fast-agent",
@@ -174,7 +174,7 @@ PROFILES: tuple[AgentProfile, ...] = (
         tool_name_titles=TITLE_WHOLE,
         telemetry="none over OTLP seen",
         sends_tool_name="the first title, the bare tool name",
-        sends_usage="`PromptResponse.usage`, per turn",
+        sends_usage="`PromptResponse.usage`, taken as the turn's",
     ),
     AgentProfile(
         key="pi-acp",
@@ -183,7 +183,7 @@ PROFILES: tuple[AgentProfile, ...] = (
         verified="npm `pi-acp` 0.0.34 with `@earendil-works/pi-coding-agent` 1.6.0",
         telemetry="none over OTLP seen",
         sends_tool_name="none (kind only)",
-        sends_usage="`PromptResponse.usage`, per turn",
+        sends_usage="`PromptResponse.usage`, taken as the turn's",
     ),
 )
 
