@@ -166,6 +166,7 @@ AGENTS: dict[str, tuple[str, list[Any], str | None, str | None, Any, str | None]
             _update("cl1", title="read_file: notes.txt", kind="read", status="in_progress"),
             _tool_call("cl1", title="read_file: notes.txt", kind="read", status="in_progress"),
             _done("cl1"),
+            _tool_call("cl1", title="read_file: notes.txt", kind="read", status="completed"),  # re-sent: nothing
         ],
         "read_file",
         "title",
