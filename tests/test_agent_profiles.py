@@ -10,6 +10,7 @@ agent, the agent identified only by the ``agentInfo.name`` it sends in ``initial
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
+from paths import TRACE_AGENT, peer_env
 from spans import wait_spans_closed
 
 from acp_otel._engine import Engine
@@ -424,6 +426,26 @@ def test_the_proxys_command_names_the_profile_until_initialize_does() -> None:
     assert [t.attributes["acp.usage.source"] for t in turns] == ["last_call", "running_total", "running_total"]
     assert [t.attributes.get("gen_ai.usage.input_tokens") for t in turns] == [None, 100, 150]
     provider.shutdown()
+
+
+@pytest.mark.parametrize("script_name", ["opencode", "some_agent"])
+async def test_a_spawned_agents_command_names_its_profile(
+    instrument: Any, exporter: Any, counter: Any, tmp_path: Path, script_name: str
+) -> None:
+    """An agent spawned through the SDK whose agentInfo.name (``test-agent``) names no profile: its command does
+    (``python opencode.py`` is ``opencode``), so its first titles name its tool calls; another command's do not."""
+    from acp import spawn_agent_process
+
+    script = tmp_path / f"{script_name}.py"
+    run = "runpy.run_path(sys.argv[0], run_name='__main__')"
+    script.write_text(f"import runpy, sys\nsys.argv = [{str(TRACE_AGENT)!r}, 'tools']\n{run}\n")
+    client = TraceClient()
+    async with spawn_agent_process(client, sys.executable, str(script), env=peer_env()) as (conn, _proc):
+        session_id = await open_session(conn)
+        await prompt(conn, session_id, "kimi")  # its first titles are bare names: ReadFile, Shell
+    await wait_spans_closed(counter)
+    names = sorted(str(s.attributes.get("gen_ai.tool.name")) for s in _tool_spans(exporter.get_finished_spans()))
+    assert names == (["ReadFile", "Shell"] if script_name == "opencode" else ["None", "None"])
 
 
 # ------------------------------------------------------------------------------------- docs/agents.md
