@@ -91,6 +91,9 @@ GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS = "gen_ai.usage.cache_read.input_tokens"
 GEN_AI_USAGE_CACHE_WRITE_INPUT_TOKENS = "gen_ai.usage.cache_write.input_tokens"
 GEN_AI_USAGE_REASONING_OUTPUT_TOKENS = "gen_ai.usage.reasoning.output_tokens"
 ACP_USAGE_TOTAL_TOKENS = "acp.usage.total_tokens"  # the GenAI registry has no total
+# What the turn's token counts are (the agent profile's reading of its reports): turn, running_total, agent_meta;
+# last_call: the counts are of the turn's last model call only, under LAST_CALL_ATTRIBUTES, not gen_ai.usage.*.
+ACP_USAGE_SOURCE = "acp.usage.source"
 
 # ACP usage field -> attribute (PromptResponse.usage / v2 idle state_update.usage).
 USAGE_ATTRIBUTES = (
@@ -101,6 +104,16 @@ USAGE_ATTRIBUTES = (
     ("thoughtTokens", GEN_AI_USAGE_REASONING_OUTPUT_TOKENS),
     ("totalTokens", ACP_USAGE_TOTAL_TOKENS),
 )
+# The same counts when they are of the turn's last model call only (acp.usage.source = last_call): kept out of
+# gen_ai.usage.*, which would pass them off as the turn's.
+LAST_CALL_ATTRIBUTES = {
+    GEN_AI_USAGE_INPUT_TOKENS: "acp.usage.last_call.input_tokens",
+    GEN_AI_USAGE_OUTPUT_TOKENS: "acp.usage.last_call.output_tokens",
+    GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS: "acp.usage.last_call.cache_read.input_tokens",
+    GEN_AI_USAGE_CACHE_WRITE_INPUT_TOKENS: "acp.usage.last_call.cache_write.input_tokens",
+    GEN_AI_USAGE_REASONING_OUTPUT_TOKENS: "acp.usage.last_call.reasoning.output_tokens",
+    ACP_USAGE_TOTAL_TOKENS: "acp.usage.last_call.total_tokens",
+}
 
 # Turn span: streamed chunks per kind, all updates absorbed, why a turn span ended without its answer.
 CHUNK_KINDS = ("agent_message_chunk", "agent_thought_chunk", "user_message_chunk")
@@ -250,15 +263,10 @@ CLIENT_PORT = "client.port"
 
 # ---------------------------------------- tool call names, requests that serve a tool call, extra trace keys
 
-# Where known agents put a tool call's programmatic name in a tool call update's ``_meta``, tried in this order
-# after ACP's own ``name``: Claude Code (``_meta.claudeCode.toolName``), Qwen Code (``_meta.toolName``).
-META_CLAUDE_CODE = "claudeCode"
-META_TOOL_NAME = "toolName"
 # A tool call content item that embeds a terminal: {"type": "terminal", "terminalId": ...}.
 TERMINAL_CONTENT_TYPE = "terminal"
 # Agent -> client requests that do a tool call's work: children of the tool call they serve.
 TOOL_SERVING_PREFIXES = ("fs/", "terminal/")
-# Extra trace-context keys: presets (known agents' own _meta keys) and the reserved key a literal key's value
-# comes from (by its suffix).
-EXTRA_TRACE_KEY_PRESETS = {"qwen": ("qwen.telemetry.traceparent", "qwen.telemetry.tracestate")}
+# Extra trace-context keys: the reserved key a literal key's value comes from (by its suffix); the presets are the
+# agent profiles' (acp_otel._agent_profiles).
 EXTRA_TRACE_KEY_SOURCES = ("traceparent", "tracestate")

@@ -17,6 +17,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from . import _semconv as sc
+from ._agent_profiles import TITLE_WHOLE
 from ._content import json_text, truncate
 from ._metrics import Instruments
 from ._settings import Settings
@@ -31,34 +32,35 @@ MAX_TERMINALS = 256  # terminal ids remembered per turn (a hostile agent can inv
 
 _FINAL_STATUSES = frozenset(("completed", "failed"))
 
-# tool_names_from_titles: a title that is a plain identifier, alone or before a ':' ("ReadFile",
-# "ReadFile: notes.txt"). Anything else (spaces, paths, arguments) names nothing: titles are content.
-_TITLE_NAME = re.compile(r"[ \t]*([A-Za-z0-9_.\-]{1,64})[ \t]*(?::|\Z)")
+# Names from titles (the agent profile's tool_name_titles): a title that is a plain identifier, alone (whole) or
+# alone or before a ':' (prefix: "ReadFile", "ReadFile: notes.txt"). Anything else (spaces, paths, arguments)
+# names nothing: titles are content.
+_TITLE_PREFIX = re.compile(r"[ \t]*([A-Za-z0-9_.\-]{1,64})[ \t]*(?::|\Z)")
+_TITLE_WHOLE = re.compile(r"[ \t]*([A-Za-z0-9_.\-]{1,64})[ \t]*\Z")
 
 
-def declared_tool_name(update: dict[str, Any]) -> tuple[str | None, int]:
-    """The programmatic tool name an update declares and its rank: ACP's ``name``, else what known agents put
-    in ``_meta`` (Claude Code ``claudeCode.toolName``, Qwen Code ``toolName``); ``(None, NAME_NONE)`` if none."""
+def declared_tool_name(update: dict[str, Any], meta_paths: tuple[tuple[str, ...], ...]) -> tuple[str | None, int]:
+    """The programmatic tool name an update declares and its rank: ACP's ``name``, else the first of the agent
+    profile's ``_meta`` paths that holds one (Claude Code ``claudeCode.toolName``, Qwen Code ``toolName``);
+    ``(None, NAME_NONE)`` if none."""
     name = update.get("name")
     if type(name) is str and name:
         return name, NAME_ACP
     meta = update.get("_meta")
     if type(meta) is dict:
-        agent_meta = meta.get(sc.META_CLAUDE_CODE)
-        if type(agent_meta) is dict:
-            name = agent_meta.get(sc.META_TOOL_NAME)
-            if type(name) is str and name:
-                return name, NAME_META
-        name = meta.get(sc.META_TOOL_NAME)
-        if type(name) is str and name:
-            return name, NAME_META
+        for path in meta_paths:
+            value: Any = meta
+            for key in path:
+                value = value.get(key) if type(value) is dict else None
+            if type(value) is str and value:
+                return value, NAME_META
     return None, NAME_NONE
 
 
-def title_tool_name(title: str) -> str | None:
-    """The tool name a title gives under ``tool_names_from_titles``: its leading identifier, when the title is
-    that identifier alone or followed by ``:`` (``ReadFile``, ``ReadFile: notes.txt``); else ``None``."""
-    match = _TITLE_NAME.match(title)
+def title_tool_name(title: str, mode: str) -> str | None:
+    """The tool name a title gives: the whole title when it is a plain identifier (``whole``), or its leading
+    identifier when alone or followed by ``:`` (``prefix``: ``ReadFile``, ``ReadFile: notes.txt``); else ``None``."""
+    match = (_TITLE_WHOLE if mode == TITLE_WHOLE else _TITLE_PREFIX).match(title)
     return match.group(1) if match is not None else None
 
 
@@ -82,7 +84,6 @@ class ToolCalls:
         self._capture = settings.capture_content
         self._max_len = settings.capture_content_max_length
         self._max_events = settings.max_events_per_span
-        self._names_from_titles = settings.tool_names_from_titles
 
     def update(self, turn: Turn, update: dict[str, Any], make_tools: bool) -> Context | None:
         tool_call_id = update.get("toolCallId")
@@ -111,7 +112,7 @@ class ToolCalls:
             if tool.name_rank != NAME_ACP and (
                 kind_changed or "name" in update or "_meta" in update or not tool.titled
             ):
-                self._rename(tool, update)
+                self._rename(tool, update, turn)
             if self._capture:
                 self._content(tool, update)
         if status is not None and status != tool.status:
@@ -172,27 +173,31 @@ class ToolCalls:
                     if terminal_id in terminals or len(terminals) < MAX_TERMINALS:
                         terminals[terminal_id] = tool_call_id
 
-    def _name(self, tool: ToolCall | None, update: dict[str, Any], kind: str | None) -> tuple[str | None, int]:
+    def _name(
+        self, tool: ToolCall | None, update: dict[str, Any], kind: str | None, turn: Turn
+    ) -> tuple[str | None, int]:
         """The best name known for a tool call after ``update`` (``tool``: None when it opens with it), and its
-        rank: the update's declared name, the first title (``tool_names_from_titles``), the kind."""
-        name, rank = declared_tool_name(update)
+        rank: the update's declared name, the first title (when the agent profile says names are there), the kind."""
+        profile = turn.profile
+        name, rank = declared_tool_name(update, profile.tool_name_meta)
         first_title = tool is None or not tool.titled
         if first_title:
             title = update.get("title")
             if type(title) is str:
                 if tool is not None:
                     tool.titled = True
-                if name is None and self._names_from_titles:
-                    name = title_tool_name(title)
+                titles = profile.tool_name_titles
+                if name is None and titles is not None:
+                    name = title_tool_name(title, titles)
                     if name is not None:
                         rank = NAME_TITLE
         if name is None and kind is not None:
             return kind, NAME_KIND
         return name, rank
 
-    def _rename(self, tool: ToolCall, update: dict[str, Any]) -> None:
+    def _rename(self, tool: ToolCall, update: dict[str, Any], turn: Turn) -> None:
         """Name the open tool call's span after a better source than the one it has (or the kind it now has)."""
-        name, rank = self._name(tool, update, tool.kind)
+        name, rank = self._name(tool, update, tool.kind, turn)
         if name is None or rank > tool.name_rank:
             return
         name = name[:_MAX_NAME]
@@ -208,7 +213,7 @@ class ToolCalls:
         kind = update.get("kind")
         if type(kind) is not str:
             kind = None
-        label, rank = self._name(None, update, kind)
+        label, rank = self._name(None, update, kind, turn)
         attributes: dict[str, Any] = {
             sc.GEN_AI_OPERATION_NAME: sc.EXECUTE_TOOL,
             sc.GEN_AI_TOOL_CALL_ID: tool_call_id,

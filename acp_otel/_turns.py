@@ -20,6 +20,7 @@ from opentelemetry.trace import Span, SpanKind
 
 from . import _content as content
 from . import _semconv as sc
+from ._agent_profiles import UNKNOWN, AgentProfile
 from ._content import truncate
 from ._metrics import Instruments
 from ._settings import Settings
@@ -73,6 +74,8 @@ class TurnLayer:
         agent_traced: bool = False,
         costs: dict[str, tuple[float, str]] | None = None,
         params: Any = None,
+        profile: AgentProfile = UNKNOWN,
+        usage_totals: dict[str, dict[str, int]] | None = None,
     ) -> Turn:
         """A turn for a session/prompt: its ``request_span`` (ACP v1, started under ``parent``), or, when
         ``request_span`` is None (ACP v2, where ``session/prompt`` answers when the prompt is accepted), an
@@ -80,11 +83,13 @@ class TurnLayer:
 
         ``agent_traced``: the agent's messages on this connection carried trace context (so it reports its
         own usage); ``costs``: the connection's last cumulative cost per session; ``params``: the prompt's
-        (its content is recorded only with ``capture_content``).
+        (its content is recorded only with ``capture_content``); ``profile``: the agent's profile;
+        ``usage_totals``: the connection's last running total of token counts per session.
         """
         agent = facts.get(sc.GEN_AI_AGENT_NAME)
         if request_span is not None:
             turn = Turn(request_span, parent, session_id, False, agent)
+            turn.profile, turn.usage_totals = profile, usage_totals
             self._begin(turn, agent_traced, costs, params)
             return turn
         attributes: dict[str, Any] = {
@@ -95,6 +100,7 @@ class TurnLayer:
         name = f"{sc.ACP_TURN_SPAN_NAME} {agent}" if type(agent) is str else sc.ACP_TURN_SPAN_NAME
         span = self._tracer.start_span(name, context=parent, kind=SpanKind.INTERNAL, attributes=attributes)
         turn = Turn(span, parent, session_id, True, agent)
+        turn.profile, turn.usage_totals = profile, usage_totals
         self._begin(turn, agent_traced, costs, params)
         return turn
 
@@ -288,9 +294,7 @@ class TurnLayer:
             turn.stop_reason = stop_reason
             if turn.own_span and span.is_recording():  # v1: the engine sets it on the request span
                 span.set_attribute(sc.ACP_STOP_REASON, stop_reason)
-        usage = source.get("usage")
-        if type(usage) is dict:
-            take_usage(turn, usage)
+        take_usage(turn, source)
 
 
 def update_attributes(attributes: dict[str, Any], update: dict[str, Any]) -> None:

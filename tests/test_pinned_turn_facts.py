@@ -153,7 +153,11 @@ async def test_usage_outside_the_range_is_dropped_field_by_field(
     await _run(pair, counter, agent, hostile=True)
     turn = _turns(exporter)[SpanKind.SERVER]  # the agent's side reports usage
     usage = {k: v for k, v in turn.attributes.items() if k.startswith(("gen_ai.usage.", "acp.usage."))}
-    assert usage == {"gen_ai.usage.input_tokens": 2**63 - 1, "gen_ai.usage.cache_read.input_tokens": 0}
+    assert usage == {
+        "gen_ai.usage.input_tokens": 2**63 - 1,
+        "gen_ai.usage.cache_read.input_tokens": 0,
+        "acp.usage.source": "turn",
+    }
     # The token counters count the kept input tokens once (the reporting side) and no output tokens.
     assert [p.value for p in _points(reader, "acp.turn.usage.input_tokens")] == [2**63 - 1]
     assert _points(reader, "acp.turn.usage.output_tokens") == []

@@ -64,6 +64,17 @@ NOT_IN_THIS_RUN = {
     "acp.error.detail": "a handler that raised, with capture: test_core.py",
     "acp.turn.ended_by": "a turn without its answer: test_agent_v2.py",
     "acp.session.update.dropped.count": "events beyond max_events_per_span: test_notification_spans.py",
+    **{
+        f"acp.usage.last_call.{n}": "an agent that reports its last model call: test_agent_profiles.py"
+        for n in (
+            "input_tokens",
+            "output_tokens",
+            "cache_read.input_tokens",
+            "cache_write.input_tokens",
+            "reasoning.output_tokens",
+            "total_tokens",
+        )
+    },
 }
 
 

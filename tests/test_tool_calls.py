@@ -363,8 +363,8 @@ def test_extra_trace_keys_setting() -> None:
     assert load_settings(environ={}).extra_trace_keys == ()
     assert load_settings({"extra_trace_keys": ["qwen"]}).extra_trace_keys[0] == "qwen.telemetry.traceparent"
     assert load_settings({"extra_trace_keys": 5}).extra_trace_keys == ()
-    assert load_settings(environ={"OTEL_PYTHON_ACP_TOOL_NAMES_FROM_TITLES": "true"}).tool_names_from_titles
-    assert not load_settings(environ={}).tool_names_from_titles
+    assert load_settings(environ={"OTEL_PYTHON_ACP_TOOL_NAMES_FROM_TITLES": "true"}).tool_names_from_titles == "prefix"
+    assert load_settings(environ={}).tool_names_from_titles == "auto"  # the agent profile says
 
 
 async def test_extra_trace_keys_in_process(instrument: Any, exporter: Any, pair: Any) -> None:

@@ -287,8 +287,7 @@ class _Tracing:
         derived = options.service_name or proxy_service_name(options.command)
         return telemetry.configure(derived, options.service_name is not None, self.collector)
 
-    @staticmethod
-    def _engine(tracer: Any, settings: Any, instruments: Any) -> Any:
+    def _engine(self, tracer: Any, settings: Any, instruments: Any) -> Any:
         """A message tracer on the engine; ``tracer`` ``None``: no spans and nothing injected (metrics only)."""
         from opentelemetry import trace
 
@@ -299,7 +298,10 @@ class _Tracing:
             import dataclasses
 
             tracer, settings = trace.NoOpTracer(), dataclasses.replace(settings, inject=False)
-        return MessageTracer(Engine(tracer, settings, instruments))
+        engine = Engine(tracer, settings, instruments)
+        message_tracer = MessageTracer(engine)
+        engine.note_agent_command(message_tracer.peer, self.options.command)  # the profile, until initialize names it
+        return message_tracer
 
     def finish(self, returncode: int, signals: _Signals, deadline: float) -> None:
         """After the agent's exit: end pending spans, flush, say what was lost. The set-up is waited for until
