@@ -256,7 +256,8 @@ def test_what_the_client_sees_does_not_depend_on_tracing(
     tmp_path: Path, transport: str, client_traced: bool, agent_traced: bool
 ) -> None:
     r = run(tmp_path, "turns", transport, client_traced=client_traced, agent_traced=agent_traced)
-    assert r.out == {"session": "sess-1", "stops": ["end_turn", "end_turn"]}
+    seen = {k: v for k, v in r.out.items() if k != "held_server_spans"}  # the tracing's own bookkeeping
+    assert seen == {"session": "sess-1", "stops": ["end_turn", "end_turn"]}
     assert bool(r.acp("client")) == client_traced and bool(r.acp("agent")) == agent_traced
     assert r.open_spans == {"client": 0, "agent": 0}
     if client_traced:  # an untraced agent: the client's own turn spans make the tool calls
