@@ -296,10 +296,10 @@ def cline_agent(home: Path, model_url: str) -> Agent:
     """Cline 3.0.65 (``cline --acp``): an OpenAI-compatible provider set with ``cline auth``; it starts a
     detached hub daemon, which the test ends (``end_leftovers``)."""
     entry = _node_package("cline", "bin/cline")
-    env = clean_env(home, CLINE_API_KEY="dummy", CLINE_PROVIDER="openai", CLINE_MODEL=MODEL)
+    env = clean_env(home, CLINE_API_KEY="dummy", CLINE_PROVIDER="openai-compatible", CLINE_MODEL=MODEL)
     node = str(shutil.which("node"))
     subprocess.run(
-        [node, str(entry), "auth", "-p", "openai", "-k", "dummy", "-m", MODEL, "-b", f"{model_url}/v1"],
+        [node, str(entry), "auth", "-p", "openai-compatible", "-k", "dummy", "-m", MODEL, "-b", f"{model_url}/v1"],
         env=env,
         cwd=home,
         check=True,
