@@ -236,8 +236,12 @@ async def run_turn(
                 ),
                 timeout,
             )
-            session = await asyncio.wait_for(conn.new_session(cwd=str(cwd), mcp_servers=[]), timeout)
-            run.session_id = session.session_id
+            # Sent without the SDK's response model: the session's SDK is kimi-cli's pin (0.8.0), whose schema
+            # lacks config option types newer agents send in this response (Cline's "boolean"); only the id is used.
+            session = await asyncio.wait_for(
+                conn._conn.send_request("session/new", {"cwd": str(cwd), "mcpServers": []}), timeout
+            )
+            run.session_id = session["sessionId"]
             for text in [prompt_text] if isinstance(prompt_text, str) else prompt_text:
                 if before_prompt is not None:
                     before_prompt()

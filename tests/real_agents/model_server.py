@@ -102,7 +102,7 @@ STEPS: list[list[tuple[str, Args]]] = [
 # from the offered tool's own parameter names (a path, a body, a command).
 FALLBACK_NAMES = [
     ("read", "view", "read_text_file", "read_files", "readFile"),
-    ("write", "create", "write_text_file", "write_to_file", "writeFile"),
+    ("write", "create", "write_text_file", "write_to_file", "writeFile", "apply_patch"),
     ("bash", "execute", "run_command", "execute_command", "run_commands", "exec"),
 ]
 _PATH_KEYS = ("file_path", "filePath", "path", "absolute_path", "absolutePath", "filename")
@@ -123,6 +123,13 @@ def fallback_arguments(step: int, properties: list[str], script: Script) -> dict
             args[key] = script.command
         elif key == "description" and step == 2:
             args[key] = "Print a word"
+        elif key == "files" and step == 0:  # Cline's read_files
+            args[key] = [{"path": str(path)}]
+        elif key == "commands" and step == 2:  # Cline's run_commands
+            args[key] = [script.command]
+        elif key == "input" and step == 1:  # Cline's apply_patch
+            body = "".join(f"+{line}\n" for line in script.write_body.splitlines())
+            args[key] = f"*** Begin Patch\n*** Add File: {path}\n{body}*** End Patch"
     return args
 
 
@@ -512,7 +519,7 @@ class ModelServer:
                 if name in tools:
                     properties = (schemas or {}).get(name, [])
                     return Call(name, fallback_arguments(done, properties, self.script), "", call_id)
-            self.unknown_tools.append(tools)
+            self.unknown_tools.append([f"{t}({','.join((schemas or {}).get(t, []))})" for t in tools])
             return Call(None, {}, self.script.answer, call_id)  # no tool for the step: the turn ends
         if tools and done >= len(STEPS):
             return Call(None, {}, self.script.answer, call_id)
