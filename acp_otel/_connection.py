@@ -14,6 +14,7 @@ from typing import Any
 from opentelemetry.trace import Span
 
 from . import _semconv as sc
+from ._agent_profiles import AgentProfile
 from ._turn_state import Turn
 
 
@@ -25,10 +26,13 @@ class PeerState:
         "agent_traced",
         "attributes",
         "base_attributes",
+        "command",
         "costs",
+        "profile",
         "protocol_version",
         "ref",
         "turns",
+        "usage_totals",
     )
 
     def __init__(self, ref: weakref.ref[Any]) -> None:
@@ -41,6 +45,11 @@ class PeerState:
         # A session/update of the agent's arrived with trace context: the agent reports usage (see Turn).
         self.agent_traced = False
         self.costs: dict[str, tuple[float, str]] = {}  # the last cumulative cost per session (usage_update)
+        # The last running total of token counts per session (agents whose usage is a running total).
+        self.usage_totals: dict[str, dict[str, int]] = {}
+        # The agent's profile, looked up once (initialize's agentInfo, else the command); None: the engine's default.
+        self.profile: AgentProfile | None = None
+        self.command: str | None = None  # the agent command's name, when the adapter knows it (the proxy)
 
     def learn(self, facts: Mapping[str, Any]) -> None:
         """Facts for this connection's later spans (the cached start attributes are built again)."""
@@ -99,7 +108,7 @@ def initialize_params(span: Span, peer: PeerState | None, params: dict[str, Any]
 
 def initialize_result(span: Span, peer: PeerState | None, result: dict[str, Any]) -> None:
     """An ``initialize`` result: the agent's facts on the request's span and the connection's later spans."""
-    _initialize_facts(span, peer, result, "agentInfo", sc.ACP_AGENT_NAME, sc.ACP_AGENT_VERSION)
+    _initialize_facts(span, peer, result, "agentInfo", sc.GEN_AI_AGENT_NAME, sc.GEN_AI_AGENT_VERSION)
     _declared_extensions(span, result.get("agentCapabilities"), sc.ACP_AGENT_CAPABILITIES_EXTENSIONS)
 
 

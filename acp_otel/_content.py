@@ -1,9 +1,10 @@
 """Captured content of a turn, in the shapes backends read: GenAI messages (JSON) and plain text.
 
 Used only when ``capture_content`` is on. ``gen_ai.input.messages`` / ``gen_ai.output.messages`` follow the
-GenAI conventions' message JSON schema (a list of ``{"role", "parts"}``; output messages also carry a
-``finish_reason``); ``input.value`` / ``output.value`` are OpenInference's plain text. Every value fits
-``limit`` characters: a JSON value is shortened inside its strings, so that it stays valid JSON.
+GenAI conventions' message JSON schema (a list of ``{"role", "parts"}``; the finish reason is the turn's
+``gen_ai.response.finish_reasons``, not a field of the message); ``input.value`` / ``output.value`` are
+OpenInference's plain text. Every value fits ``limit`` characters: a JSON value is shortened inside its
+strings, so that it stays valid JSON (:func:`json_text`, also for tool call arguments and results).
 """
 
 from __future__ import annotations
@@ -65,14 +66,10 @@ def parts_text(parts: list[dict[str, Any]], limit: int) -> str:
     return text[:limit]
 
 
-def output_message(text: str, stop_reason: str | None, failed: bool) -> dict[str, Any]:
+def output_message(text: str) -> dict[str, Any]:
     """The agent's streamed text as one GenAI output message."""
-    if stop_reason is not None:
-        reason = sc.FINISH_REASONS.get(stop_reason, stop_reason)
-    else:
-        reason = "error" if failed else "stop"
     parts = [{"type": "text", "content": text}] if text else []
-    return {"role": "assistant", "parts": parts, "finish_reason": reason}
+    return {"role": "assistant", "parts": parts}
 
 
 def messages_json(messages: list[dict[str, Any]], limit: int) -> str:
@@ -102,6 +99,51 @@ def messages_json(messages: list[dict[str, Any]], limit: int) -> str:
     return text if len(text) <= limit else text[:limit]
 
 
+def _strings(value: Any, out: list[tuple[Any, Any]], depth: int = 0) -> None:
+    """The (container, key) of every string in a JSON value (keys of objects stay as they are)."""
+    if depth > 64:
+        return
+    items = value.items() if type(value) is dict else enumerate(value) if type(value) is list else ()
+    for key, item in items:
+        if type(item) is str:
+            out.append((value, key))
+        else:
+            _strings(item, out, depth + 1)
+
+
+def json_text(value: Any, limit: int) -> str:
+    """``value`` (a JSON value: a tool call's ``rawInput`` / ``rawOutput``) as JSON of at most ``limit``
+    characters that stays valid JSON: its strings are shortened (the last first), as for messages; a value
+    whose structure alone is longer than ``limit`` becomes a JSON string of its cut text."""
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except Exception:  # not JSON (the SDK's models are dumped before they reach us; a hostile value may not be)
+        return json.dumps(truncate(value, max(0, limit - 2)), ensure_ascii=False)[:limit]
+    if len(text) <= limit:
+        return text
+    if type(value) is str:
+        value = [value]  # shortened like any other string, then unwrapped
+        unwrap = True
+    else:
+        value = json.loads(text)  # a copy: the caller's value is not changed
+        unwrap = False
+    strings: list[tuple[Any, Any]] = []
+    _strings(value, strings)
+    for container, key in reversed(strings):
+        excess = len(json.dumps(value[0] if unwrap else value, ensure_ascii=False)) - limit
+        if excess <= 0:
+            break
+        item = container[key]
+        container[key] = item[: max(0, len(item) - excess)]
+    text = json.dumps(value[0] if unwrap else value, ensure_ascii=False)
+    if len(text) <= limit:
+        return text
+    cut = text[: max(0, limit - 2)]
+    while len(json.dumps(cut, ensure_ascii=False)) > limit and cut:  # escapes make the string longer
+        cut = cut[: len(cut) - (len(json.dumps(cut, ensure_ascii=False)) - limit)]
+    return json.dumps(cut, ensure_ascii=False)
+
+
 def truncate(value: Any, limit: int) -> str:
     """``value`` as text (JSON for non-strings), at most ``limit`` characters."""
     try:
@@ -123,12 +165,10 @@ def input_attributes(params: Any, limit: int) -> dict[str, Any]:
     }
 
 
-def output_attributes(
-    attributes: dict[str, Any], output: list[str], stop_reason: str | None, failed: bool, limit: int
-) -> None:
+def output_attributes(attributes: dict[str, Any], output: list[str], limit: int) -> None:
     """Add a turn's streamed agent text (``output``) to its end ``attributes``, as GenAI output messages and text."""
     text = "".join(output)
-    message = output_message(text, stop_reason, failed)
+    message = output_message(text)
     attributes[sc.GEN_AI_OUTPUT_MESSAGES] = messages_json([message], limit)
     attributes[sc.OUTPUT_VALUE] = text
     attributes[sc.OUTPUT_MIME_TYPE] = sc.TEXT_PLAIN

@@ -118,6 +118,17 @@ class Engine:
         if state is not None and facts:
             state.learn(facts)
 
+    def note_agent_command(self, peer: Any, command: Any) -> None:
+        """The command line of the agent at the other end of ``peer`` (``["npx", "@scope/pkg"]``), when the
+        adapter knows it: its agent profile applies until ``initialize`` names the agent (``agentInfo.name``).
+        Looked up once here, never per message."""
+        try:
+            state = self._connections.state(peer)
+            if state is not None:
+                self._spans.note_command(state, command)
+        except Exception:
+            _log.debug("acp_otel: could not look up the agent command's profile", exc_info=True)
+
     def close_peer(self, peer: Any, *, keep_requests: bool = False) -> None:
         """The connection is gone: end every turn and tool span still open for it.
 

@@ -20,13 +20,14 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from . import _semconv as sc
+from ._agent_profiles import AgentProfile, command_name, resolve
 from ._connection import PeerState, initialize_params, initialize_result, negotiated_version
 from ._content import truncate
 from ._methods import MethodInfo
 from ._metrics import Instruments
 from ._settings import Settings
 from ._turn_state import Turn
-from ._turns import TurnLayer, agent_attributes, update_attributes
+from ._turns import TurnLayer, update_attributes
 
 _log = logging.getLogger("acp_otel")
 
@@ -128,6 +129,31 @@ class MessageSpans:
         self._max_len = settings.capture_content_max_length
         self._instruments = instruments
         self._turns = turns
+        self._default_profile = self._profile(None, None)
+
+    # ---------------------------------------------------------------- the agent's profile (once per connection)
+
+    def _profile(self, agent_name: Any, command: str | None) -> AgentProfile:
+        settings = self._settings
+        return resolve(
+            agent_name,
+            command,
+            forced=settings.agent_profile,
+            titles=settings.tool_names_from_titles,
+            usage=settings.usage_reports,
+        )
+
+    def identify(self, peer: PeerState, result: dict[str, Any]) -> None:
+        """An ``initialize`` result: the connection's agent profile, from ``agentInfo.name`` (else the command)."""
+        info = result.get("agentInfo")
+        if info is None:
+            info = result.get("info")  # ACP v2
+        peer.profile = self._profile(info.get("name") if type(info) is dict else None, peer.command)
+
+    def note_command(self, peer: PeerState, command: Any) -> None:
+        """The agent's command line (the proxy's): the profile it names, until ``initialize`` names the agent."""
+        peer.command = command_name(command)
+        peer.profile = self._profile(None, peer.command)
 
     # ---------------------------------------------------------------- start
 
@@ -168,7 +194,7 @@ class MessageSpans:
         if turn_peer is not None and turn is None and session_id is not None:
             # A v1 turn: named like MCP names its calls, "{method} {target}" (the agent), so that trace lists
             # tell agents apart; the method stays first, as this span is also the request's.
-            agent = turn_peer.attributes.get(sc.ACP_AGENT_NAME)
+            agent = turn_peer.attributes.get(sc.GEN_AI_AGENT_NAME)
             if type(agent) is str and agent:
                 name = f"{method} {agent[:_MAX_AGENT_NAME]}"
         span = self._tracer.start_span(name, context=parent, kind=kind, attributes=attributes)
@@ -205,15 +231,10 @@ class MessageSpans:
         attributes = info.attributes.copy()
         if peer is not None:
             attributes.update(peer.attributes)
-            if method == sc.SESSION_PROMPT:
-                if (peer.protocol_version or 0) >= 2:
-                    attributes.pop(sc.GEN_AI_OPERATION_NAME, None)  # the v2 turn span carries it
-                else:
-                    agent_attributes(attributes, peer.attributes)
+            if method == sc.SESSION_PROMPT and (peer.protocol_version or 0) >= 2:
+                attributes.pop(sc.GEN_AI_OPERATION_NAME, None)  # the v2 turn span carries it
         if session_id is not None:
-            attributes[sc.ACP_SESSION_ID] = session_id
-            if sc.GEN_AI_OPERATION_NAME in attributes:  # a GenAI attribute, on GenAI operations (turns) only
-                attributes[sc.GEN_AI_CONVERSATION_ID] = session_id
+            attributes[sc.GEN_AI_CONVERSATION_ID] = session_id
         if cache is not None and len(cache) < _BASE_CACHE_SIZE:
             cache[(method, session_id)] = attributes
         return attributes
@@ -232,6 +253,8 @@ class MessageSpans:
             agent_traced=peer.agent_traced,
             costs=peer.costs,
             params=params,
+            profile=peer.profile or self._default_profile,
+            usage_totals=peer.usage_totals,
         )
         peer.turns[session_id] = turn
         return turn
@@ -249,6 +272,7 @@ class MessageSpans:
                 if call.is_request:
                     if call.method == sc.INITIALIZE and type(value) is dict and call.peer is not None:
                         negotiated_version(call.peer, value)
+                        self.identify(call.peer, value)
                     turn = call.turn
                     # A v1 turn's result (stop reason, usage) is set by the turn layer, in one batch.
                     if (turn is None or turn.own_span or self._capture) and span.is_recording():
@@ -332,7 +356,7 @@ class MessageSpans:
             if call.session_id is None and call.method in _SESSION_RESULT_METHODS:
                 session_id = _str_or_none(result.get("sessionId"))
                 if session_id is not None:
-                    span.set_attribute(sc.ACP_SESSION_ID, session_id)
+                    span.set_attribute(sc.GEN_AI_CONVERSATION_ID, session_id)
         if self._capture and result is not None:
             span.set_attribute(sc.ACP_RESULT, truncate(result, self._max_len))
 

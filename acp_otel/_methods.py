@@ -57,7 +57,11 @@ class MethodTable:
     def info(self, method: str) -> MethodInfo:
         """Work out (and cache) what depends on the method name; callers looked in the cache first."""
         settings = self._settings
-        attributes: dict[str, Any] = {sc.RPC_SYSTEM_NAME: sc.RPC_SYSTEM_VALUE, sc.ACP_METHOD_NAME: method}
+        attributes: dict[str, Any] = {
+            sc.RPC_SYSTEM_NAME: sc.RPC_SYSTEM_VALUE,
+            sc.JSONRPC_PROTOCOL_VERSION: sc.JSONRPC_VERSION,
+            sc.ACP_METHOD_NAME: method,
+        }
         if sc.is_extension(method):
             attributes[sc.ACP_EXTENSION] = True
             namespace = sc.extension_namespace(method)

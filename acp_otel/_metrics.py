@@ -31,6 +31,8 @@ FIRST_CHUNK_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60
 MAX_EXTENSION_METHODS = 32
 # Agent names kept per engine (an agent name comes from the peer): later ones are _OTHER.
 MAX_AGENT_NAMES = 16
+# Tool names kept per engine (a tool name comes from the peer): later ones are _OTHER.
+MAX_TOOL_NAMES = 32
 # Currencies kept per engine (a currency comes from the peer): later ones are _OTHER.
 MAX_CURRENCIES = 8
 # Attribute sets remembered per kind of record. The keys are the raw values (a peer can send endless
@@ -83,7 +85,16 @@ class Instruments:
         self.turn_duration = meter.create_histogram(
             sc.METRIC_INVOKE_AGENT_DURATION,
             unit="s",
-            description="Duration of an ACP prompt turn (session/prompt; on ACP v2 until the idle state).",
+            description="Duration of an ACP prompt turn (session/prompt; on ACP v2 until the idle state), "
+            "recorded by the side closest to the agent.",
+            explicit_bucket_boundaries_advisory=TURN_BUCKETS,
+        )
+        # The same turn as the other sides (an editor or proxy in front of a traced agent) see it.
+        self.client_turn_duration = meter.create_histogram(
+            sc.METRIC_CLIENT_OPERATION_DURATION_GENAI,
+            unit="s",
+            description="Duration of an ACP prompt turn as a client of the agent saw it (gen_ai.operation.name "
+            "invoke_agent), recorded by the sides that do not record gen_ai.invoke_agent.duration.",
             explicit_bucket_boundaries_advisory=TURN_BUCKETS,
         )
         self.tool_duration = meter.create_histogram(
@@ -116,6 +127,7 @@ class Instruments:
         )
         extension = Bounded(MAX_EXTENSION_METHODS)
         self._agent_name = Bounded(MAX_AGENT_NAMES)
+        self._tool_name = Bounded(MAX_TOOL_NAMES)
 
         def method(name: str) -> str:
             if name in sc.STANDARD_METHODS:
@@ -164,7 +176,7 @@ class Instruments:
         key = ("turn", agent if type(agent) is str else None, stop_reason, error_type)
         attributes = self._cache.get(key)
         if attributes is None:
-            attributes = self.agent_attributes(agent)
+            attributes = {sc.GEN_AI_OPERATION_NAME: sc.INVOKE_AGENT, **self.agent_attributes(agent)}
             if stop_reason is not None:
                 attributes[sc.ACP_STOP_REASON] = self.stop_reason(stop_reason)
             if error_type is not None:
@@ -190,12 +202,15 @@ class Instruments:
             attributes = self._remember(key, attributes)
         return attributes
 
-    def tool_attributes(self, agent: Any, kind: str | None, status: str | None) -> dict[str, str]:
-        """Attributes of a tool-duration record (bounded agent, kind, status; error.type when failed). Shared."""
-        key = ("tool", agent if type(agent) is str else None, kind, status)
+    def tool_attributes(self, agent: Any, name: str | None, kind: str | None, status: str | None) -> dict[str, str]:
+        """Attributes of a tool-duration record (bounded agent, tool name, kind, status; error.type when failed).
+        Shared: read only."""
+        key = ("tool", agent if type(agent) is str else None, name, kind, status)
         attributes = self._cache.get(key)
         if attributes is None:
-            attributes = self.agent_attributes(agent)
+            attributes = {sc.GEN_AI_OPERATION_NAME: sc.EXECUTE_TOOL, **self.agent_attributes(agent)}
+            if name is not None:
+                attributes[sc.GEN_AI_TOOL_NAME] = self._tool_name(name)
             attributes[sc.ACP_TOOL_CALL_KIND] = self.tool_kind(kind)
             attributes[sc.ACP_TOOL_CALL_STATUS] = status if status in sc.TOOL_STATUSES else sc.OTHER
             if status == "failed":

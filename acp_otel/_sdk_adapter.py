@@ -234,10 +234,17 @@ def init_wrapper(state: InstrumentationState) -> Wrapper:
         out = wrapped(*args, **kwargs)
         engine = state.engine
         if engine is not None:
+            writer = args[1] if len(args) > 1 else kwargs.get("writer")
             try:  # a remote transport (HTTP, WebSocket): the connection's id and peer on its spans
-                remote.bind(engine, instance, args[1] if len(args) > 1 else kwargs.get("writer"))
+                remote.bind(engine, instance, writer)
             except Exception:
                 _log.debug("acp_otel: could not read the connection's transport", exc_info=True)
+            try:  # an agent spawned through the SDK: its command names its profile until initialize does
+                command = state.spawned.pop(writer, None) if writer is not None else None
+                if command is not None:
+                    engine.note_agent_command(instance, command)
+            except TypeError:  # a writer that cannot be weakly referenced was never recorded
+                pass
         return out
 
     return init

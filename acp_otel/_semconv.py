@@ -1,25 +1,32 @@
 """Span, event, metric and attribute names: the one place that spells them.
 
 ACP has no OpenTelemetry semantic conventions of its own yet. Names follow the RPC / JSON-RPC
-conventions (``rpc.*``, ``jsonrpc.*``, ``error.type``), mirror the MCP ones (``mcp.*`` -> ``acp.*``)
-and use the GenAI agent / tool conventions (``gen_ai.*``, semantic-conventions-genai, development
-status) for turns and tool calls. ``gen_ai.*`` names are only those the GenAI registry defines; what it
-does not define lives under ``acp.*``.
+conventions (``rpc.*``, ``jsonrpc.*``, ``error.type``; semantic conventions 1.44.0), mirror the MCP ones
+(``mcp.*`` -> ``acp.*``) and use the GenAI agent / tool conventions (``gen_ai.*``, semantic-conventions-genai,
+development status, schema ``gen-ai-dev/1.42.0-dev``) for turns and tool calls. ``gen_ai.*`` names are only
+those the GenAI registry defines; what it does not define lives under ``acp.*``. Every name is checked
+against the conventions' registries by ``tests/test_semconv_registry.py``.
 """
 
 from __future__ import annotations
 
-# The semantic conventions release whose names we use (rpc.system.name, jsonrpc.request.id: 1.39.0).
-SCHEMA_URL = "https://opentelemetry.io/schemas/1.39.0"
+# The GenAI conventions' schema (their repository's manifest; it builds on the core conventions 1.44.0, whose
+# rpc.*, jsonrpc.*, network.*, server.*, client.*, error.* and process.* names we use).
+SCHEMA_URL = "https://opentelemetry.io/schemas/gen-ai-dev/1.42.0-dev"
 
 RPC_SYSTEM_NAME = "rpc.system.name"
 RPC_SYSTEM_VALUE = "jsonrpc"
+# Renamed rpc.status_code on the core conventions' main branch after 1.44.0: switch when a release has it.
 RPC_RESPONSE_STATUS_CODE = "rpc.response.status_code"
 JSONRPC_REQUEST_ID = "jsonrpc.request.id"
+# Conditionally Required on JSON-RPC spans ("if other than the default version 1.0"): ACP is JSON-RPC 2.0.
+JSONRPC_PROTOCOL_VERSION = "jsonrpc.protocol.version"
+JSONRPC_VERSION = "2.0"
 ERROR_TYPE = "error.type"
 
 ACP_METHOD_NAME = "acp.method.name"
-ACP_SESSION_ID = "acp.session.id"
+# The session id, on every span that knows it (message, turn and tool spans alike), as A2A puts the GenAI
+# names on its protocol spans: one query finds a session's turns, tool calls and messages.
 GEN_AI_CONVERSATION_ID = "gen_ai.conversation.id"
 # A boolean; not "acp.extension", which is the namespace of acp.extension.namespace (a name must not be both).
 ACP_EXTENSION = "acp.method.extension"
@@ -27,8 +34,9 @@ ACP_EXTENSION_NAMESPACE = "acp.extension.namespace"
 ACP_CANCELLED = "acp.cancelled"
 
 ACP_PROTOCOL_VERSION = "acp.protocol.version"
-ACP_AGENT_NAME = "acp.agent.name"
-ACP_AGENT_VERSION = "acp.agent.version"
+# The agent's agentInfo, on every span of its connection after initialize (the GenAI names, as A2A does).
+GEN_AI_AGENT_NAME = "gen_ai.agent.name"
+GEN_AI_AGENT_VERSION = "gen_ai.agent.version"
 ACP_CLIENT_NAME = "acp.client.name"
 ACP_CLIENT_VERSION = "acp.client.version"
 ACP_CLIENT_CAPABILITIES_EXTENSIONS = "acp.client.capabilities.extensions"
@@ -49,7 +57,7 @@ ACP_ERROR_DETAIL = "acp.error.detail"
 # ``notification_spans=events``: one event per session/update on the in-flight prompt span.
 SESSION_UPDATE_EVENT = "acp.session.update"
 ACP_SESSION_UPDATE_COUNT = "acp.session.update.count"
-ACP_SESSION_UPDATE_DROPPED = "acp.session.update.dropped"
+ACP_SESSION_UPDATE_DROPPED = "acp.session.update.dropped.count"
 
 # The root keys of ``_meta`` that W3C trace context owns in ACP.
 RESERVED_META_KEYS = ("traceparent", "tracestate", "baggage")
@@ -70,13 +78,12 @@ SESSION_REQUEST_PERMISSION = "session/request_permission"
 GEN_AI_OPERATION_NAME = "gen_ai.operation.name"
 INVOKE_AGENT = "invoke_agent"
 EXECUTE_TOOL = "execute_tool"
-GEN_AI_AGENT_NAME = "gen_ai.agent.name"
-GEN_AI_AGENT_VERSION = "gen_ai.agent.version"
 GEN_AI_TOOL_NAME = "gen_ai.tool.name"
 GEN_AI_TOOL_CALL_ID = "gen_ai.tool.call.id"
 GEN_AI_TOOL_CALL_ARGUMENTS = "gen_ai.tool.call.arguments"  # content: only with capture_content
 GEN_AI_TOOL_CALL_RESULT = "gen_ai.tool.call.result"  # content: only with capture_content
-GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK = "gen_ai.response.time_to_first_chunk"
+# The stop reason as a GenAI finish reason (a string array; the raw value stays in acp.stop_reason).
+GEN_AI_RESPONSE_FINISH_REASONS = "gen_ai.response.finish_reasons"
 GEN_AI_USAGE_INPUT_TOKENS = "gen_ai.usage.input_tokens"
 GEN_AI_USAGE_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
 GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS = "gen_ai.usage.cache_read.input_tokens"
@@ -84,6 +91,9 @@ GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS = "gen_ai.usage.cache_read.input_tokens"
 GEN_AI_USAGE_CACHE_WRITE_INPUT_TOKENS = "gen_ai.usage.cache_write.input_tokens"
 GEN_AI_USAGE_REASONING_OUTPUT_TOKENS = "gen_ai.usage.reasoning.output_tokens"
 ACP_USAGE_TOTAL_TOKENS = "acp.usage.total_tokens"  # the GenAI registry has no total
+# What the turn's token counts are (the agent profile's reading of its reports): turn, running_total, agent_meta;
+# last_call: the counts are of the turn's last model call only, under LAST_CALL_ATTRIBUTES, not gen_ai.usage.*.
+ACP_USAGE_SOURCE = "acp.usage.source"
 
 # ACP usage field -> attribute (PromptResponse.usage / v2 idle state_update.usage).
 USAGE_ATTRIBUTES = (
@@ -94,11 +104,25 @@ USAGE_ATTRIBUTES = (
     ("thoughtTokens", GEN_AI_USAGE_REASONING_OUTPUT_TOKENS),
     ("totalTokens", ACP_USAGE_TOTAL_TOKENS),
 )
+# The same counts when they are of the turn's last model call only (acp.usage.source = last_call): kept out of
+# gen_ai.usage.*, which would pass them off as the turn's.
+LAST_CALL_ATTRIBUTES = {
+    GEN_AI_USAGE_INPUT_TOKENS: "acp.usage.last_call.input_tokens",
+    GEN_AI_USAGE_OUTPUT_TOKENS: "acp.usage.last_call.output_tokens",
+    GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS: "acp.usage.last_call.cache_read.input_tokens",
+    GEN_AI_USAGE_CACHE_WRITE_INPUT_TOKENS: "acp.usage.last_call.cache_write.input_tokens",
+    GEN_AI_USAGE_REASONING_OUTPUT_TOKENS: "acp.usage.last_call.reasoning.output_tokens",
+    ACP_USAGE_TOTAL_TOKENS: "acp.usage.last_call.total_tokens",
+}
 
 # Turn span: streamed chunks per kind, all updates absorbed, why a turn span ended without its answer.
 CHUNK_KINDS = ("agent_message_chunk", "agent_thought_chunk", "user_message_chunk")
 AGENT_CHUNK_KINDS = frozenset(("agent_message_chunk", "agent_thought_chunk"))
-ACP_TURN_CHUNK_COUNT_PREFIX = "acp.turn.chunk_count."
+# acp.turn.{kind}.count, e.g. acp.turn.agent_message_chunk.count (a count is a .count, not a _count).
+ACP_TURN_CHUNK_COUNT = "acp.turn.{}.count"
+# From the start of the turn to its first agent chunk (not gen_ai.response.time_to_first_chunk, which is one
+# model call's, measured from the model request).
+ACP_TURN_TIME_TO_FIRST_CHUNK = "acp.turn.time_to_first_chunk"
 ACP_TURN_ENDED_BY = "acp.turn.ended_by"
 ACP_TURN_SPAN_NAME = "invoke_agent"  # v2 turn span: "invoke_agent" or "invoke_agent {agent name}"
 V2_STATE_UPDATE = "state_update"
@@ -109,8 +133,13 @@ ACP_TOOL_CALL_KIND = "acp.tool_call.kind"
 ACP_TOOL_CALL_TITLE = "acp.tool_call.title"  # content: only with capture_content
 ACP_TOOL_CALL_LOCATIONS = "acp.tool_call.locations"  # content: only with capture_content
 ACP_TOOL_CALL_ENDED_BY = "acp.tool_call.ended_by"
-ACP_TOOL_CALL_UPDATE_COUNT = "acp.tool_call.update_count"
+ACP_TOOL_CALL_UPDATE_COUNT = "acp.tool_call.update.count"
+# Where gen_ai.tool.name came from: the agent's ``name`` / ``_meta`` (a declared name), a title, or the ACP kind
+# (which stands in when nothing names the tool: a kind is not a name, and this says so).
+ACP_TOOL_CALL_NAME_SOURCE = "acp.tool_call.name.source"
 TOOL_STATUS_EVENT = "acp.tool_call.status"
+# acp.tool_call.name.source values, by the rank of the source (_turn_state.NAME_ACP ... NAME_KIND).
+TOOL_NAME_SOURCES = ("acp", "agent_meta", "title", "kind")
 TOOL_STATUSES = frozenset(("pending", "in_progress", "completed", "failed"))
 TOOL_KINDS = frozenset(
     ("read", "edit", "delete", "move", "search", "execute", "think", "fetch", "switch_mode", "other")
@@ -120,7 +149,7 @@ ENDED_BY_TURN = "turn_end"
 ENDED_BY_CONNECTION = "connection_closed"
 ENDED_BY_NEXT_PROMPT = "next_prompt"
 ENDED_BY_SHUTDOWN = "uninstrumented"
-TOOL_FAILED = "tool_call_failed"  # error.type of a tool call whose status became failed
+TOOL_FAILED = "tool_error"  # error.type of a tool call whose status became failed (the MCP conventions' value)
 
 OTHER = "_OTHER"  # bounded metric attribute values: everything outside the known set
 
@@ -130,9 +159,12 @@ OTHER = "_OTHER"  # bounded metric attribute values: everything outside the know
 # turn and tool durations are the GenAI agent / tool metrics.
 METRIC_CLIENT_OPERATION_DURATION = "acp.client.operation.duration"
 METRIC_SERVER_OPERATION_DURATION = "acp.server.operation.duration"
+# Recorded by the side closest to the agent (the one that reports usage); the other sides record the GenAI
+# client-side duration with gen_ai.operation.name = invoke_agent, so sums over turns count each turn once.
 METRIC_INVOKE_AGENT_DURATION = "gen_ai.invoke_agent.duration"
+METRIC_CLIENT_OPERATION_DURATION_GENAI = "gen_ai.client.operation.duration"
 METRIC_EXECUTE_TOOL_DURATION = "gen_ai.execute_tool.duration"
-METRIC_TIME_TO_FIRST_CHUNK = "acp.turn.time_to_first_chunk"
+METRIC_TIME_TO_FIRST_CHUNK = ACP_TURN_TIME_TO_FIRST_CHUNK
 
 # ------------------------------------------------------- usage, cost, context window, content
 
@@ -157,7 +189,7 @@ INPUT_MIME_TYPE = "input.mime_type"
 OUTPUT_VALUE = "output.value"
 OUTPUT_MIME_TYPE = "output.mime_type"
 TEXT_PLAIN = "text/plain"
-# ACP stop reason -> GenAI finish reason (gen_ai.output.messages); others are kept as they are.
+# ACP stop reason -> GenAI finish reason (gen_ai.response.finish_reasons); others are kept as they are.
 FINISH_REASONS = {"end_turn": "stop", "max_tokens": "length", "refusal": "content_filter"}
 
 # Standard ACP methods (v1 and the v2 draft): kept as they are in metric attributes.
@@ -231,15 +263,10 @@ CLIENT_PORT = "client.port"
 
 # ---------------------------------------- tool call names, requests that serve a tool call, extra trace keys
 
-# Where known agents put a tool call's programmatic name in a tool call update's ``_meta``, tried in this order
-# after ACP's own ``name``: Claude Code (``_meta.claudeCode.toolName``), Qwen Code (``_meta.toolName``).
-META_CLAUDE_CODE = "claudeCode"
-META_TOOL_NAME = "toolName"
 # A tool call content item that embeds a terminal: {"type": "terminal", "terminalId": ...}.
 TERMINAL_CONTENT_TYPE = "terminal"
 # Agent -> client requests that do a tool call's work: children of the tool call they serve.
 TOOL_SERVING_PREFIXES = ("fs/", "terminal/")
-# Extra trace-context keys: presets (known agents' own _meta keys) and the reserved key a literal key's value
-# comes from (by its suffix).
-EXTRA_TRACE_KEY_PRESETS = {"qwen": ("qwen.telemetry.traceparent", "qwen.telemetry.tracestate")}
+# Extra trace-context keys: the reserved key a literal key's value comes from (by its suffix); the presets are the
+# agent profiles' (acp_otel._agent_profiles).
 EXTRA_TRACE_KEY_SOURCES = ("traceparent", "tracestate")

@@ -13,7 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._semconv import EXTRA_TRACE_KEY_PRESETS, EXTRA_TRACE_KEY_SOURCES, RESERVED_META_KEYS
+from ._agent_profiles import BY_KEY, TITLE_PREFIX, TITLE_WHOLE, TRACE_KEY_PRESETS
+from ._agent_profiles import USAGE_MODES as USAGE_REPORT_MODES
+from ._semconv import EXTRA_TRACE_KEY_SOURCES, RESERVED_META_KEYS
 
 _log = logging.getLogger("acp_otel")
 
@@ -33,6 +35,9 @@ ENV_USAGE = "OTEL_PYTHON_ACP_USAGE"
 # the context elsewhere than the reserved keys).
 ENV_TOOL_NAMES_FROM_TITLES = "OTEL_PYTHON_ACP_TOOL_NAMES_FROM_TITLES"
 ENV_EXTRA_TRACE_KEYS = "OTEL_PYTHON_ACP_EXTRA_TRACE_KEYS"
+# The agent profile (see _agent_profiles) and per-field overrides of it.
+ENV_AGENT_PROFILE = "OTEL_PYTHON_ACP_AGENT_PROFILE"
+ENV_USAGE_REPORTS = "OTEL_PYTHON_ACP_USAGE_REPORTS"
 
 # turn: session/update inside a turn has no span (counted / events on the turn or tool span);
 # all: a span per notification; events: an event per session/update on the turn; none: no notification spans.
@@ -41,6 +46,9 @@ NOTIFICATION_SPAN_MODES = ("turn", "all", "none", "events")
 TOOL_SPAN_MODES = ("auto", "always", "never")
 # auto: the side closest to the agent reports token usage, cost and context window; always / never override.
 USAGE_MODES = ("auto", "always", "never")
+# auto: the agent's profile says; off: never from titles; whole / prefix: the first title whole, or its identifier
+# before a ':' (true means prefix, false off).
+TITLE_NAME_MODES = ("auto", "off", TITLE_WHOLE, TITLE_PREFIX)
 
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
@@ -90,8 +98,13 @@ class Settings:
     inject_excluded_methods: MethodMatcher = field(default_factory=MethodMatcher)
     flush_on_exit: bool = True
     usage: str = "auto"
-    # A tool call's name from the leading identifier of its first title (when nothing better names it).
-    tool_names_from_titles: bool = False
+    # A tool call's name from its first title (when nothing better names it): auto (the agent profile's), off,
+    # whole, prefix.
+    tool_names_from_titles: str = "auto"
+    # The agent profile: auto (identified per connection), none (the unknown agent's), or a profile's key.
+    agent_profile: str = "auto"
+    # What the agent's token usage reports mean: auto (the profile's), turn, running_total, last_call.
+    usage_reports: str = "auto"
     # _meta keys written beside the reserved ones (expanded presets and literal keys; see _parse_trace_keys).
     extra_trace_keys: tuple[str, ...] = ()
 
@@ -140,6 +153,28 @@ def _parse_choice(name: str, value: Any, default: str, choices: tuple[str, ...])
     return default
 
 
+def _parse_title_names(name: str, value: Any, default: str) -> str:
+    """``tool_names_from_titles``: a boolean (true: ``prefix``, false: ``off``) or one of TITLE_NAME_MODES."""
+    if isinstance(value, bool):
+        return TITLE_PREFIX if value else "off"
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in TITLE_NAME_MODES:
+            return text
+        if text in _TRUE:
+            return TITLE_PREFIX
+        if text in _FALSE:
+            return "off"
+    _log.warning(
+        "acp_otel: invalid value %r for %s (expected a boolean or one of %s); using %r",
+        value,
+        name,
+        TITLE_NAME_MODES,
+        default,
+    )
+    return default
+
+
 def _parse_trace_keys(name: str, value: Any) -> tuple[str, ...]:
     """Extra trace-context keys: each entry a preset name (``qwen``) or a literal ``_meta`` key ending in
     ``traceparent`` or ``tracestate``; other entries are ignored with a warning. Order kept, duplicates and the
@@ -156,7 +191,7 @@ def _parse_trace_keys(name: str, value: Any) -> tuple[str, ...]:
         entry = item.strip()
         if not entry:
             continue
-        preset = EXTRA_TRACE_KEY_PRESETS.get(entry.lower())
+        preset = TRACE_KEY_PRESETS.get(entry.lower())
         if preset is not None:
             found: tuple[str, ...] = preset
         elif entry.endswith(EXTRA_TRACE_KEY_SOURCES):
@@ -166,7 +201,7 @@ def _parse_trace_keys(name: str, value: Any) -> tuple[str, ...]:
                 "acp_otel: %r in %s is neither a preset (%s) nor a key ending in traceparent or tracestate; ignored",
                 entry,
                 name,
-                ", ".join(sorted(EXTRA_TRACE_KEY_PRESETS)),
+                ", ".join(sorted(TRACE_KEY_PRESETS)),
             )
             continue
         keys.extend(k for k in found if k not in keys and k not in RESERVED_META_KEYS)
@@ -193,7 +228,9 @@ _OPTIONS: dict[str, tuple[str, Any]] = {
     "inject_excluded_methods": (ENV_INJECT_EXCLUDED_METHODS, lambda n, v, d: _parse_methods(n, v)),
     "flush_on_exit": (ENV_FLUSH_ON_EXIT, _parse_bool),
     "usage": (ENV_USAGE, lambda n, v, d: _parse_choice(n, v, d, USAGE_MODES)),
-    "tool_names_from_titles": (ENV_TOOL_NAMES_FROM_TITLES, _parse_bool),
+    "tool_names_from_titles": (ENV_TOOL_NAMES_FROM_TITLES, _parse_title_names),
+    "agent_profile": (ENV_AGENT_PROFILE, lambda n, v, d: _parse_choice(n, v, d, ("auto", *BY_KEY))),
+    "usage_reports": (ENV_USAGE_REPORTS, lambda n, v, d: _parse_choice(n, v, d, ("auto", *USAGE_REPORT_MODES))),
     "extra_trace_keys": (ENV_EXTRA_TRACE_KEYS, lambda n, v, d: _parse_trace_keys(n, v)),
 }
 

@@ -34,7 +34,7 @@ import logging
 import os
 import re
 import sys
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
@@ -141,16 +141,23 @@ def spawn_wrapper(state: InstrumentationState) -> Wrapper:
         settings, tracer = state.settings, state.tracer
         if settings is None or tracer is None or not args:
             return wrapped(*args, **kwargs)
-        return _traced_spawn(tracer, settings, wrapped, args, kwargs)
+        return _traced_spawn(tracer, settings, wrapped, args, kwargs, state.spawned)
 
     return spawn
 
 
 @contextlib.asynccontextmanager
 async def _traced_spawn(
-    tracer: trace.Tracer, settings: Settings, wrapped: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    tracer: trace.Tracer,
+    settings: Settings,
+    wrapped: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    spawned: MutableMapping[Any, tuple[str, ...]],
 ) -> AsyncIterator[Any]:
     span = None
+    command: str = ""
+    cmd_args: tuple[str, ...] = ()
     try:
         command, cmd_args, caller_env = _bind(args, kwargs)
         if is_instrumentation_enabled():
@@ -179,6 +186,11 @@ async def _traced_spawn(
                 span.set_status(Status(StatusCode.ERROR, str(exc)))
                 span.end()
             raise
+        try:  # the connection built on this transport looks up the agent's profile by its command
+            if command and isinstance(streams, tuple) and len(streams) > 1:
+                spawned[streams[1]] = (command, *cmd_args)
+        except TypeError:  # a writer that cannot be weakly referenced: no profile by command
+            pass
         if span is not None:
             try:
                 process = streams[2] if isinstance(streams, tuple) and len(streams) > 2 else None

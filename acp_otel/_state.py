@@ -8,6 +8,7 @@ the registry of what was applied (:class:`~acp_otel._patching.Patches`) lives he
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +37,7 @@ class InstrumentationState:
         "sigterm_handler",
         "sigterm_installed",
         "sigterm_restore",
+        "spawned",
         "tracer",
         "tracer_provider",
     )
@@ -54,3 +56,6 @@ class InstrumentationState:
         self.sigterm_handler: Callable[[int, Any], None] | None = None
         self.sigterm_installed = False
         self.sigterm_restore: Callable[[Callable[[], None]], object] | None = None
+        # The command line of each agent spawned through the SDK, by the writer of its stdio transport, until
+        # the connection built on it takes it (its agent profile: _sdk_adapter's init).
+        self.spawned: weakref.WeakKeyDictionary[Any, tuple[str, ...]] = weakref.WeakKeyDictionary()

@@ -14,10 +14,11 @@ from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from . import _semconv as sc
-from ._content import truncate
+from ._agent_profiles import TITLE_WHOLE
+from ._content import json_text, truncate
 from ._metrics import Instruments
 from ._settings import Settings
 from ._turn_state import NAME_ACP, NAME_KIND, NAME_META, NAME_NONE, NAME_TITLE, ToolCall, Turn
@@ -31,34 +32,35 @@ MAX_TERMINALS = 256  # terminal ids remembered per turn (a hostile agent can inv
 
 _FINAL_STATUSES = frozenset(("completed", "failed"))
 
-# tool_names_from_titles: a title that is a plain identifier, alone or before a ':' ("ReadFile",
-# "ReadFile: notes.txt"). Anything else (spaces, paths, arguments) names nothing: titles are content.
-_TITLE_NAME = re.compile(r"[ \t]*([A-Za-z0-9_.\-]{1,64})[ \t]*(?::|\Z)")
+# Names from titles (the agent profile's tool_name_titles): a title that is a plain identifier, alone (whole) or
+# alone or before a ':' (prefix: "ReadFile", "ReadFile: notes.txt"). Anything else (spaces, paths, arguments)
+# names nothing: titles are content.
+_TITLE_PREFIX = re.compile(r"[ \t]*([A-Za-z0-9_.\-]{1,64})[ \t]*(?::|\Z)")
+_TITLE_WHOLE = re.compile(r"[ \t]*([A-Za-z0-9_.\-]{1,64})[ \t]*\Z")
 
 
-def declared_tool_name(update: dict[str, Any]) -> tuple[str | None, int]:
-    """The programmatic tool name an update declares and its rank: ACP's ``name``, else what known agents put
-    in ``_meta`` (Claude Code ``claudeCode.toolName``, Qwen Code ``toolName``); ``(None, NAME_NONE)`` if none."""
+def declared_tool_name(update: dict[str, Any], meta_paths: tuple[tuple[str, ...], ...]) -> tuple[str | None, int]:
+    """The programmatic tool name an update declares and its rank: ACP's ``name``, else the first of the agent
+    profile's ``_meta`` paths that holds one (Claude Code ``claudeCode.toolName``, Qwen Code ``toolName``);
+    ``(None, NAME_NONE)`` if none."""
     name = update.get("name")
     if type(name) is str and name:
         return name, NAME_ACP
     meta = update.get("_meta")
     if type(meta) is dict:
-        agent_meta = meta.get(sc.META_CLAUDE_CODE)
-        if type(agent_meta) is dict:
-            name = agent_meta.get(sc.META_TOOL_NAME)
-            if type(name) is str and name:
-                return name, NAME_META
-        name = meta.get(sc.META_TOOL_NAME)
-        if type(name) is str and name:
-            return name, NAME_META
+        for path in meta_paths:
+            value: Any = meta
+            for key in path:
+                value = value.get(key) if type(value) is dict else None
+            if type(value) is str and value:
+                return value, NAME_META
     return None, NAME_NONE
 
 
-def title_tool_name(title: str) -> str | None:
-    """The tool name a title gives under ``tool_names_from_titles``: its leading identifier, when the title is
-    that identifier alone or followed by ``:`` (``ReadFile``, ``ReadFile: notes.txt``); else ``None``."""
-    match = _TITLE_NAME.match(title)
+def title_tool_name(title: str, mode: str) -> str | None:
+    """The tool name a title gives: the whole title when it is a plain identifier (``whole``), or its leading
+    identifier when alone or followed by ``:`` (``prefix``: ``ReadFile``, ``ReadFile: notes.txt``); else ``None``."""
+    match = (_TITLE_WHOLE if mode == TITLE_WHOLE else _TITLE_PREFIX).match(title)
     return match.group(1) if match is not None else None
 
 
@@ -82,7 +84,6 @@ class ToolCalls:
         self._capture = settings.capture_content
         self._max_len = settings.capture_content_max_length
         self._max_events = settings.max_events_per_span
-        self._names_from_titles = settings.tool_names_from_titles
 
     def update(self, turn: Turn, update: dict[str, Any], make_tools: bool) -> Context | None:
         tool_call_id = update.get("toolCallId")
@@ -111,9 +112,9 @@ class ToolCalls:
             if tool.name_rank != NAME_ACP and (
                 kind_changed or "name" in update or "_meta" in update or not tool.titled
             ):
-                self._rename(tool, update)
+                self._rename(tool, update, turn)
             if self._capture:
-                self._content(tool.span, update)
+                self._content(tool, update)
         if status is not None and status != tool.status:
             self._status(tool, status)
         if "content" in update:
@@ -172,27 +173,31 @@ class ToolCalls:
                     if terminal_id in terminals or len(terminals) < MAX_TERMINALS:
                         terminals[terminal_id] = tool_call_id
 
-    def _name(self, tool: ToolCall | None, update: dict[str, Any], kind: str | None) -> tuple[str | None, int]:
+    def _name(
+        self, tool: ToolCall | None, update: dict[str, Any], kind: str | None, turn: Turn
+    ) -> tuple[str | None, int]:
         """The best name known for a tool call after ``update`` (``tool``: None when it opens with it), and its
-        rank: the update's declared name, the first title (``tool_names_from_titles``), the kind."""
-        name, rank = declared_tool_name(update)
+        rank: the update's declared name, the first title (when the agent profile says names are there), the kind."""
+        profile = turn.profile
+        name, rank = declared_tool_name(update, profile.tool_name_meta)
         first_title = tool is None or not tool.titled
         if first_title:
             title = update.get("title")
             if type(title) is str:
                 if tool is not None:
                     tool.titled = True
-                if name is None and self._names_from_titles:
-                    name = title_tool_name(title)
+                titles = profile.tool_name_titles
+                if name is None and titles is not None:
+                    name = title_tool_name(title, titles)
                     if name is not None:
                         rank = NAME_TITLE
         if name is None and kind is not None:
             return kind, NAME_KIND
         return name, rank
 
-    def _rename(self, tool: ToolCall, update: dict[str, Any]) -> None:
+    def _rename(self, tool: ToolCall, update: dict[str, Any], turn: Turn) -> None:
         """Name the open tool call's span after a better source than the one it has (or the kind it now has)."""
-        name, rank = self._name(tool, update, tool.kind)
+        name, rank = self._name(tool, update, tool.kind, turn)
         if name is None or rank > tool.name_rank:
             return
         name = name[:_MAX_NAME]
@@ -202,17 +207,16 @@ class ToolCalls:
         span = tool.span
         if span.is_recording():
             span.update_name(f"{sc.EXECUTE_TOOL} {name}")
-            span.set_attribute(sc.GEN_AI_TOOL_NAME, name)
+            span.set_attributes({sc.GEN_AI_TOOL_NAME: name, sc.ACP_TOOL_CALL_NAME_SOURCE: sc.TOOL_NAME_SOURCES[rank]})
 
     def _open(self, turn: Turn, tool_call_id: str, update: dict[str, Any], status: str | None) -> ToolCall:
         kind = update.get("kind")
         if type(kind) is not str:
             kind = None
-        label, rank = self._name(None, update, kind)
+        label, rank = self._name(None, update, kind, turn)
         attributes: dict[str, Any] = {
             sc.GEN_AI_OPERATION_NAME: sc.EXECUTE_TOOL,
             sc.GEN_AI_TOOL_CALL_ID: tool_call_id,
-            sc.ACP_SESSION_ID: turn.session_id,
             sc.GEN_AI_CONVERSATION_ID: turn.session_id,
         }
         if type(turn.agent) is str:
@@ -220,29 +224,34 @@ class ToolCalls:
         if label is not None:
             label = label[:_MAX_NAME]
             attributes[sc.GEN_AI_TOOL_NAME] = label
+            attributes[sc.ACP_TOOL_CALL_NAME_SOURCE] = sc.TOOL_NAME_SOURCES[rank]
         if kind is not None:
             attributes[sc.ACP_TOOL_CALL_KIND] = kind
         if status is not None:
             attributes[sc.ACP_TOOL_CALL_STATUS] = status
         span_name = f"{sc.EXECUTE_TOOL} {label}" if label else sc.EXECUTE_TOOL
         span = self._tracer.start_span(span_name, context=turn.context, kind=SpanKind.INTERNAL, attributes=attributes)
-        if self._capture and span.is_recording():
-            self._content(span, update)
         tool = ToolCall(span, trace.set_span_in_context(span, turn.context), kind, None)
+        if self._capture and span.is_recording():
+            self._content(tool, update)
         tool.name, tool.name_rank = label, rank
         tool.titled = type(update.get("title")) is str
         turn.tools[tool_call_id] = tool
         return tool
 
-    def _content(self, span: Span, update: dict[str, Any]) -> None:
-        for key, attribute in (
-            ("title", sc.ACP_TOOL_CALL_TITLE),
-            ("rawInput", sc.GEN_AI_TOOL_CALL_ARGUMENTS),
-            ("rawOutput", sc.GEN_AI_TOOL_CALL_RESULT),
-            ("locations", sc.ACP_TOOL_CALL_LOCATIONS),
-        ):
+    def _content(self, tool: ToolCall, update: dict[str, Any]) -> None:
+        """Title, arguments and locations as they come (capture_content); the result is kept for the end: the
+        conventions record it only for a call that succeeded. Arguments and result stay valid JSON."""
+        span = tool.span
+        for key, attribute in (("title", sc.ACP_TOOL_CALL_TITLE), ("locations", sc.ACP_TOOL_CALL_LOCATIONS)):
             if key in update and update[key] is not None:
                 span.set_attribute(attribute, truncate(update[key], self._max_len))
+        raw_input = update.get("rawInput")
+        if raw_input is not None:
+            span.set_attribute(sc.GEN_AI_TOOL_CALL_ARGUMENTS, json_text(raw_input, self._max_len))
+        raw_output = update.get("rawOutput")
+        if raw_output is not None:
+            tool.result = raw_output
 
     def end(self, turn: Turn, tool_call_id: str, tool: ToolCall, ended_by: str | None) -> None:
         del turn.tools[tool_call_id]
@@ -258,13 +267,15 @@ class ToolCalls:
                 span.set_attribute(sc.ACP_TOOL_CALL_UPDATE_COUNT, update_count)
             if ended_by is not None:  # never reached completed / failed: marked, not an error
                 span.set_attribute(sc.ACP_TOOL_CALL_ENDED_BY, ended_by)
+            if tool.result is not None and tool.status == "completed":
+                span.set_attribute(sc.GEN_AI_TOOL_CALL_RESULT, json_text(tool.result, self._max_len))
             if failed:
                 span.set_attribute(sc.ERROR_TYPE, sc.TOOL_FAILED)
                 span.set_status(Status(StatusCode.ERROR, "tool call failed"))
         span.end()
         instruments = self._instruments
         if instruments is not None and instruments.recording():
-            attributes = instruments.tool_attributes(turn.agent, tool.kind, tool.status)
+            attributes = instruments.tool_attributes(turn.agent, tool.name, tool.kind, tool.status)
             instruments.tool_duration.record(time.monotonic() - tool.started, attributes)
 
     def end_all(self, turn: Turn, ended_by: str) -> None:

@@ -13,6 +13,8 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Span
 
+from ._agent_profiles import UNKNOWN, AgentProfile
+
 # Where a tool call's name came from, best first (a better source found later renames the span).
 NAME_ACP, NAME_META, NAME_TITLE, NAME_KIND, NAME_NONE = range(5)
 
@@ -20,7 +22,19 @@ NAME_ACP, NAME_META, NAME_TITLE, NAME_KIND, NAME_NONE = range(5)
 class ToolCall:
     """One open tool call: its span, its name and where that came from, and what its metric needs."""
 
-    __slots__ = ("context", "events", "kind", "name", "name_rank", "span", "started", "status", "titled", "updates")
+    __slots__ = (
+        "context",
+        "events",
+        "kind",
+        "name",
+        "name_rank",
+        "result",
+        "span",
+        "started",
+        "status",
+        "titled",
+        "updates",
+    )
 
     def __init__(self, span: Span, context: Context, kind: str | None, status: str | None) -> None:
         self.span = span
@@ -33,6 +47,7 @@ class ToolCall:
         self.name: str | None = None  # gen_ai.tool.name (truncated), from the source ranked name_rank
         self.name_rank = NAME_NONE
         self.titled = False  # a title was seen: only the first one may name the tool
+        self.result: Any = None  # the latest rawOutput (capture_content): recorded when the call completes
 
 
 class Turn:
@@ -57,6 +72,7 @@ class Turn:
         "output",
         "output_len",
         "own_span",
+        "profile",
         "reports_usage",
         "request",
         "session_id",
@@ -67,6 +83,8 @@ class Turn:
         "tools",
         "updates",
         "usage",
+        "usage_source",
+        "usage_totals",
     )
 
     def __init__(self, span: Span, parent: Context, session_id: str, own_span: bool, agent: Any) -> None:
@@ -90,6 +108,10 @@ class Turn:
         self.stop_reason: str | None = None
         self.error_type: str | None = None
         self.usage: dict[str, int] | None = None
+        self.usage_source: str | None = None  # acp.usage.source of ``usage`` (see _agent_profiles.USAGE_*)
+        # The connection's last running total of token counts per session (profiles whose usage is a running total).
+        self.usage_totals: dict[str, dict[str, int]] | None = None
+        self.profile: AgentProfile = UNKNOWN  # the connection's agent profile (where tool names are, what usage means)
         self.ended = False
         self.request: Any = None  # v1: the engine's call for the session/prompt span (the turn)
         # Usage, cost and context window: reported on this side's span and metrics only when it is the side

@@ -20,6 +20,7 @@ from opentelemetry.trace import Span, SpanKind
 
 from . import _content as content
 from . import _semconv as sc
+from ._agent_profiles import UNKNOWN, AgentProfile
 from ._content import truncate
 from ._metrics import Instruments
 from ._settings import Settings
@@ -29,7 +30,7 @@ from ._usage import note_usage_update, record_usage, take_usage, usage_attribute
 
 _log = logging.getLogger("acp_otel")
 
-_CHUNK_ATTRIBUTES = {kind: sc.ACP_TURN_CHUNK_COUNT_PREFIX + kind for kind in sc.CHUNK_KINDS}
+_CHUNK_ATTRIBUTES = {kind: sc.ACP_TURN_CHUNK_COUNT.format(kind) for kind in sc.CHUNK_KINDS}
 _TOOL_UPDATES = frozenset(("tool_call", "tool_call_update"))
 _USAGE_UPDATE = sc.USAGE_UPDATE
 
@@ -73,6 +74,8 @@ class TurnLayer:
         agent_traced: bool = False,
         costs: dict[str, tuple[float, str]] | None = None,
         params: Any = None,
+        profile: AgentProfile = UNKNOWN,
+        usage_totals: dict[str, dict[str, int]] | None = None,
     ) -> Turn:
         """A turn for a session/prompt: its ``request_span`` (ACP v1, started under ``parent``), or, when
         ``request_span`` is None (ACP v2, where ``session/prompt`` answers when the prompt is accepted), an
@@ -80,23 +83,24 @@ class TurnLayer:
 
         ``agent_traced``: the agent's messages on this connection carried trace context (so it reports its
         own usage); ``costs``: the connection's last cumulative cost per session; ``params``: the prompt's
-        (its content is recorded only with ``capture_content``).
+        (its content is recorded only with ``capture_content``); ``profile``: the agent's profile;
+        ``usage_totals``: the connection's last running total of token counts per session.
         """
-        agent = facts.get(sc.ACP_AGENT_NAME)
+        agent = facts.get(sc.GEN_AI_AGENT_NAME)
         if request_span is not None:
             turn = Turn(request_span, parent, session_id, False, agent)
+            turn.profile, turn.usage_totals = profile, usage_totals
             self._begin(turn, agent_traced, costs, params)
             return turn
         attributes: dict[str, Any] = {
             sc.GEN_AI_OPERATION_NAME: sc.INVOKE_AGENT,
-            sc.ACP_SESSION_ID: session_id,
             sc.GEN_AI_CONVERSATION_ID: session_id,
         }
         attributes.update(facts)
-        agent_attributes(attributes, facts)
         name = f"{sc.ACP_TURN_SPAN_NAME} {agent}" if type(agent) is str else sc.ACP_TURN_SPAN_NAME
         span = self._tracer.start_span(name, context=parent, kind=SpanKind.INTERNAL, attributes=attributes)
         turn = Turn(span, parent, session_id, True, agent)
+        turn.profile, turn.usage_totals = profile, usage_totals
         self._begin(turn, agent_traced, costs, params)
         return turn
 
@@ -129,33 +133,40 @@ class TurnLayer:
         if span.is_recording():
             attributes: dict[str, Any] = {_CHUNK_ATTRIBUTES[k]: n for k, n in turn.chunks.items()}
             if turn.first_chunk is not None:
-                attributes[sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = turn.first_chunk - turn.started
+                attributes[sc.ACP_TURN_TIME_TO_FIRST_CHUNK] = turn.first_chunk - turn.started
             if turn.updates:
                 attributes[sc.ACP_SESSION_UPDATE_COUNT] = turn.updates
             if turn.dropped:
                 attributes[sc.ACP_SESSION_UPDATE_DROPPED] = turn.dropped
             if ended_by is not None:
                 attributes[sc.ACP_TURN_ENDED_BY] = ended_by
-            if not turn.own_span and turn.stop_reason is not None:  # v1: the engine left it to this batch
-                attributes[sc.ACP_STOP_REASON] = turn.stop_reason
+            if turn.stop_reason is not None:
+                if not turn.own_span:  # v1: the engine left it to this batch
+                    attributes[sc.ACP_STOP_REASON] = turn.stop_reason
+                reason = turn.stop_reason
+                attributes[sc.GEN_AI_RESPONSE_FINISH_REASONS] = (sc.FINISH_REASONS.get(reason, reason),)
             if turn.reports_usage:
                 usage_attributes(turn, attributes)
             if turn.output is not None:
-                failed = turn.error_type is not None or ended_by is not None
-                content.output_attributes(attributes, turn.output, turn.stop_reason, failed, self._max_len)
+                content.output_attributes(attributes, turn.output, self._max_len)
             span.set_attributes(attributes)
         instruments = self._instruments
         if timed is None:
             timed = instruments is not None and instruments.recording()
         if timed and instruments is not None:  # the turn's metrics (written out here: every turn)
             agent = turn.agent
-            if turn.first_chunk is not None:
-                first_chunk = turn.first_chunk - turn.started
-                instruments.first_chunk.record(first_chunk, instruments.agent_only_attributes(agent))
-            if turn.reports_usage:
-                record_usage(instruments, turn)
             turn_attributes = instruments.turn_attributes(agent, turn.stop_reason, turn.error_type)
-            instruments.turn_duration.record(now - turn.started, turn_attributes)
+            if turn.reports_usage:
+                # The side closest to the agent (the one that reports usage) records the agent-side metrics,
+                # so that each turn is counted once across the processes that see it; the others record
+                # the GenAI client-side operation duration.
+                if turn.first_chunk is not None:
+                    first_chunk = turn.first_chunk - turn.started
+                    instruments.first_chunk.record(first_chunk, instruments.agent_only_attributes(agent))
+                record_usage(instruments, turn)
+                instruments.turn_duration.record(now - turn.started, turn_attributes)
+            else:
+                instruments.client_turn_duration.record(now - turn.started, turn_attributes)
         if turn.own_span:
             span.end()
 
@@ -283,9 +294,7 @@ class TurnLayer:
             turn.stop_reason = stop_reason
             if turn.own_span and span.is_recording():  # v1: the engine sets it on the request span
                 span.set_attribute(sc.ACP_STOP_REASON, stop_reason)
-        usage = source.get("usage")
-        if type(usage) is dict:
-            take_usage(turn, usage)
+        take_usage(turn, source)
 
 
 def update_attributes(attributes: dict[str, Any], update: dict[str, Any]) -> None:
@@ -299,13 +308,3 @@ def update_attributes(attributes: dict[str, Any], update: dict[str, Any]) -> Non
         status = update.get("status")
         if type(status) is str:
             attributes[sc.ACP_TOOL_CALL_STATUS] = status
-
-
-def agent_attributes(attributes: dict[str, Any], facts: dict[str, Any]) -> None:
-    """Add gen_ai.agent.name / version from the connection's agentInfo facts."""
-    name = facts.get(sc.ACP_AGENT_NAME)
-    if name is not None:
-        attributes[sc.GEN_AI_AGENT_NAME] = name
-    version = facts.get(sc.ACP_AGENT_VERSION)
-    if version is not None:
-        attributes[sc.GEN_AI_AGENT_VERSION] = version

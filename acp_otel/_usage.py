@@ -1,8 +1,11 @@
 """Usage, cost and context window of a turn: what the agent reports, checked against bounds, on the turn's
 span and metrics (only on the side that reports usage: :attr:`Turn.reports_usage`).
 
-Token counts come from a v1 ``session/prompt`` result or a v2 ``idle`` state update (``usage``); the context
-window and the session's cumulative cost from ``usage_update`` updates. A turn's cost is the change of the
+Token counts come from a v1 ``session/prompt`` result or a v2 ``idle`` state update (``usage``), read as the
+agent's profile says (:mod:`._agent_profiles`): the turn's counts; a session's running total, of which the turn's
+are the change since the previous report, remembered per connection (:attr:`Turn.usage_totals`); the last model
+call's only (kept apart from the turn's); or, without ``usage``, counts in the agent's own ``_meta``. The context
+window and the session's cumulative cost come from ``usage_update`` updates. A turn's cost is the change of the
 session's cumulative cost, remembered per connection (:attr:`Turn.costs`).
 """
 
@@ -12,6 +15,7 @@ import math
 from typing import Any
 
 from . import _semconv as sc
+from ._agent_profiles import USAGE_AGENT_META, USAGE_LAST_CALL, USAGE_RUNNING_TOTAL, USAGE_TURN, AgentProfile
 from ._metrics import Instruments
 from ._turn_state import Turn
 
@@ -23,19 +27,65 @@ _MAX_CURRENCY = 16  # characters (ISO 4217 codes are 3)
 MAX_COST_SESSIONS = 1024
 
 
-def take_usage(turn: Turn, usage: dict[str, Any]) -> None:
-    """Token counts of a result's (or ``idle`` update's) ``usage``, each within an OTel int's range."""
+def _counts(usage: dict[str, Any], keys: Any) -> dict[str, int]:
+    """``{attribute: count}`` of ``usage``'s ``(key, attribute)`` pairs, each count within an OTel int's range."""
     tokens: dict[str, int] = {}
-    for key, attribute in sc.USAGE_ATTRIBUTES:
+    for key, attribute in keys:
         value = usage.get(key)
         if type(value) is int and 0 <= value < _MAX_INT:
             tokens[attribute] = value
+    return tokens
+
+
+def _meta_counts(profile: AgentProfile, source: dict[str, Any]) -> dict[str, int]:
+    """Token counts where the profile says the agent's own ``_meta`` of the result holds them (Gemini CLI's
+    ``quota.token_count``)."""
+    value: Any = source.get("_meta")
+    for key in profile.usage_meta:
+        value = value.get(key) if type(value) is dict else None
+    if type(value) is not dict:
+        return {}
+    input_key, output_key = profile.usage_meta_keys
+    return _counts(value, ((input_key, sc.GEN_AI_USAGE_INPUT_TOKENS), (output_key, sc.GEN_AI_USAGE_OUTPUT_TOKENS)))
+
+
+def take_usage(turn: Turn, source: dict[str, Any]) -> None:
+    """Token counts of a result (or ``idle`` update), read as the turn's agent profile says."""
+    profile = turn.profile
+    usage = source.get("usage")
+    tokens = _counts(usage, sc.USAGE_ATTRIBUTES) if type(usage) is dict else {}
+    kind = profile.usage
     if not tokens:
-        return
+        if not profile.usage_meta:
+            return
+        tokens = _meta_counts(profile, source)
+        if not tokens:
+            return
+        kind = USAGE_AGENT_META
+    elif kind == USAGE_AGENT_META:  # ACP's usage, when the agent sends it after all: the turn's
+        kind = USAGE_TURN
+    elif kind == USAGE_RUNNING_TOTAL:
+        tokens = _turn_share(turn, tokens)
+    turn.usage_source = kind
     if turn.usage is None:
         turn.usage = tokens
     else:
         turn.usage.update(tokens)
+
+
+def _turn_share(turn: Turn, totals: dict[str, int]) -> dict[str, int]:
+    """The turn's counts from a session's running totals: the change since the session's previous report on this
+    connection. The first report, or one where a count went down (a new or reset total), is taken whole."""
+    known = turn.usage_totals
+    if known is None:
+        return totals
+    previous = known.get(turn.session_id)
+    if turn.session_id not in known and len(known) >= MAX_COST_SESSIONS:
+        del known[next(iter(known))]
+    known[turn.session_id] = totals
+    if previous is None or any(value < previous.get(key, 0) for key, value in totals.items()):
+        return totals
+    return {key: value - previous.get(key, 0) for key, value in totals.items()}
 
 
 def note_usage_update(turn: Turn, update: dict[str, Any]) -> None:
@@ -80,8 +130,14 @@ def note_usage_update(turn: Turn, update: dict[str, Any]) -> None:
 
 def usage_attributes(turn: Turn, attributes: dict[str, Any]) -> None:
     """Add the usage, context window and cost the turn knows to its end ``attributes``."""
-    if turn.usage:
-        attributes.update(turn.usage)
+    usage = turn.usage
+    if usage:
+        if turn.usage_source == USAGE_LAST_CALL:  # not the turn's: under names of their own
+            last_call = sc.LAST_CALL_ATTRIBUTES
+            attributes.update({last_call[key]: value for key, value in usage.items()})
+        else:
+            attributes.update(usage)
+        attributes[sc.ACP_USAGE_SOURCE] = turn.usage_source or USAGE_TURN
     if turn.context_used is not None:
         attributes[sc.ACP_USAGE_CONTEXT_USED] = turn.context_used
     if turn.context_size is not None:
@@ -95,7 +151,7 @@ def record_usage(instruments: Instruments, turn: Turn) -> None:
     """The turn's token and cost metrics (the turn layer records the turn's duration beside them)."""
     agent = turn.agent
     usage = turn.usage
-    if usage:
+    if usage and turn.usage_source != USAGE_LAST_CALL:  # a last call's counts are not the turn's: not counted
         tokens = usage.get(sc.GEN_AI_USAGE_INPUT_TOKENS)
         if tokens is not None:
             instruments.input_tokens.add(tokens, instruments.agent_only_attributes(agent))

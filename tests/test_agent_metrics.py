@@ -68,20 +68,31 @@ async def test_metrics_read_back(
         assert side["_test.dev/missing"].attributes["error.type"] == "-32601"
         assert "error.type" not in side["session/prompt"].attributes
 
-    (turns,) = points["gen_ai.invoke_agent.duration"]  # client and agent: one turn each, same attributes
-    assert dict(turns.attributes) == {"gen_ai.agent.name": "test-agent", "acp.stop_reason": "end_turn"}
-    assert tuple(turns.explicit_bounds) == acp_metrics.TURN_BUCKETS and turns.count == 2
-    (ttfc,) = points["acp.turn.time_to_first_chunk"]
-    assert ttfc.count == 2 and 0 < ttfc.sum <= turns.sum
+    # The turn: gen_ai.invoke_agent.duration by the side closest to the agent (the traced agent), the GenAI
+    # client-side duration by the editor in front of it; the same attributes. Each turn counted once per metric.
+    (turns,) = points["gen_ai.invoke_agent.duration"]
+    (client_turns,) = points["gen_ai.client.operation.duration"]
+    for pt in (turns, client_turns):
+        assert dict(pt.attributes) == {
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.agent.name": "test-agent",
+            "acp.stop_reason": "end_turn",
+        }
+        assert tuple(pt.explicit_bounds) == acp_metrics.TURN_BUCKETS and pt.count == 1
+    (ttfc,) = points["acp.turn.time_to_first_chunk"]  # the agent's side only, like the turn's duration
+    assert ttfc.count == 1 and 0 < ttfc.sum <= turns.sum
 
     tools = {pt.attributes["acp.tool_call.kind"]: pt for pt in points["gen_ai.execute_tool.duration"]}
     assert set(tools) == {"edit", "fetch", "_OTHER"}  # one tool span each (the agent's); unknown kind bounded
     assert (
         tools["edit"].attributes["acp.tool_call.status"] == "completed" and "error.type" not in tools["edit"].attributes
     )
-    assert tools["fetch"].attributes["error.type"] == "tool_call_failed"
+    assert tools["fetch"].attributes["error.type"] == "tool_error"
     assert tools["_OTHER"].attributes["acp.tool_call.status"] == "pending"  # ended with the turn
     assert all(pt.count == 1 for pt in tools.values())
+    assert all(pt.attributes["gen_ai.operation.name"] == "execute_tool" for pt in tools.values())
+    assert tools["edit"].attributes["gen_ai.tool.name"] == "edit"  # nothing names it: the kind stands in
+    assert tools["_OTHER"].attributes["gen_ai.tool.name"] == "_vendor_kind"  # the kind as sent (bounded as names)
 
     # Token counters: recorded once across the two sides (by the traced agent's side), agent name only.
     (inputs,) = points["acp.turn.usage.input_tokens"]
@@ -91,7 +102,7 @@ async def test_metrics_read_back(
 
     # No ids and no content in any metric attribute.
     text = repr([dict(pt.attributes) for pts in points.values() for pt in pts])
-    for forbidden in ("sess-1", "tool-a", "tool-b", "tool-c", SECRET, "jsonrpc.request.id", "acp.session.id"):
+    for forbidden in ("sess-1", "tool-a", "tool-b", "tool-c", SECRET, "jsonrpc.request.id", "gen_ai.conversation.id"):
         assert forbidden not in text
 
 
@@ -152,7 +163,7 @@ async def test_records_start_when_a_provider_is_set_behind_the_proxy(
     await prompt(p.client_conn, session_id, "after")
     await wait_spans_closed(counter)
     points = _points(reader)
-    turns = points["gen_ai.invoke_agent.duration"]
+    turns = points["gen_ai.invoke_agent.duration"] + points["gen_ai.client.operation.duration"]
     assert sum(pt.count for pt in turns) == 2  # the second turn, on both sides (the first one is not there)
     for name in ("acp.client.operation.duration", "acp.server.operation.duration"):
         prompts = [pt for pt in points[name] if pt.attributes["acp.method.name"] == "session/prompt"]

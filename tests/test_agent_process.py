@@ -34,7 +34,7 @@ async def test_untraced_agent_the_client_makes_the_tool_span(instrument: Any, ex
     assert not counter.open
     spans = exporter.get_finished_spans()
     turn = one(spans, "session/prompt", SpanKind.CLIENT)
-    assert turn.attributes["acp.turn.chunk_count.agent_message_chunk"] == 2
+    assert turn.attributes["acp.turn.agent_message_chunk.count"] == 2
     assert turn.attributes["gen_ai.agent.name"] == "test-agent"
     tool = one(spans, "execute_tool read", SpanKind.INTERNAL)
     assert len([s for s in spans if s.name.startswith("execute_tool")]) == 1

@@ -80,11 +80,11 @@ async def test_turn_attributes_counts_usage_and_first_chunk(
         assert a["gen_ai.operation.name"] == "invoke_agent"
         assert (a["gen_ai.agent.name"], a["gen_ai.agent.version"]) == ("test-agent", "2.0.0")
         assert a["gen_ai.conversation.id"] == "sess-1"
-        assert a["acp.turn.chunk_count.agent_message_chunk"] == 3
-        assert a["acp.turn.chunk_count.agent_thought_chunk"] == 1
-        assert "acp.turn.chunk_count.user_message_chunk" not in a
+        assert a["acp.turn.agent_message_chunk.count"] == 3
+        assert a["acp.turn.agent_thought_chunk.count"] == 1
+        assert "acp.turn.user_message_chunk.count" not in a
         assert a["acp.session.update.count"] == 5
-        ttfc = a["gen_ai.response.time_to_first_chunk"]
+        ttfc = a["acp.turn.time_to_first_chunk"]
         assert 0 <= ttfc <= (turn.end_time - turn.start_time) / 1e9
         # the plan is an event, kind only
         events = [e for e in turn.events if e.name == "acp.session.update"]
@@ -119,7 +119,7 @@ async def test_tool_span_permission_and_client_handling(
     assert a["gen_ai.operation.name"] == "execute_tool"
     assert a["gen_ai.tool.call.id"] == "t1" and a["gen_ai.tool.name"] == "write_file"
     assert a["acp.tool_call.kind"] == "edit" and a["acp.tool_call.status"] == "completed"
-    assert a["acp.session.id"] == "sess-1" and a["acp.tool_call.update_count"] == 3
+    assert a["gen_ai.conversation.id"] == "sess-1" and a["acp.tool_call.update.count"] == 3
     assert "acp.tool_call.ended_by" not in a and tool.status.status_code == StatusCode.UNSET
     assert [e.attributes["acp.tool_call.status"] for e in tool.events] == ["pending", "in_progress", "completed"]
     # turn -> tool -> permission request -> the client's handling of it
@@ -155,7 +155,7 @@ async def test_failed_never_completed_concurrent_and_hostile_tools(
     assert tools["a"].name == "execute_tool execute" and tools["a"].status.status_code == StatusCode.UNSET
     assert [e.attributes["acp.tool_call.status"] for e in tools["a"].events] == ["pending", "in_progress", "completed"]
     b = tools["b"]
-    assert b.status.status_code == StatusCode.ERROR and b.attributes["error.type"] == "tool_call_failed"
+    assert b.status.status_code == StatusCode.ERROR and b.attributes["error.type"] == "tool_error"
     assert b.attributes["acp.tool_call.status"] == "failed"
     for never in ("c", "d", "e"):
         assert tools[never].attributes["acp.tool_call.ended_by"] == "turn_end"
@@ -188,7 +188,7 @@ async def test_interleaved_sessions_keep_their_own_tools(
     await wait_spans_closed(counter)
     spans = exporter.get_finished_spans()
     turns = {
-        s.attributes["acp.session.id"]: s
+        s.attributes["gen_ai.conversation.id"]: s
         for s in spans
         if s.kind == S and s.attributes.get("gen_ai.operation.name") == "invoke_agent"
     }
@@ -197,7 +197,7 @@ async def test_interleaved_sessions_keep_their_own_tools(
         tool = one(
             [s for s in spans if s.attributes.get("gen_ai.tool.call.id") == f"tool-{session_id}"], "execute_tool read"
         )
-        assert parent_of(tool) == span_id(turn) and tool.attributes["acp.session.id"] == session_id
+        assert parent_of(tool) == span_id(turn) and tool.attributes["gen_ai.conversation.id"] == session_id
         assert "acp.tool_call.ended_by" not in tool.attributes
 
 
@@ -227,7 +227,7 @@ async def test_all_mode_keeps_update_spans_and_tool_spans(
     assert len(producers) == len(find(spans, "session/update", N)) == 3
     tool_producers = [s for s in producers if "acp.tool_call.id" in s.attributes]
     assert all(parent_of(s) == span_id(tool) for s in tool_producers) and len(tool_producers) == 2
-    assert one(spans, "session/prompt", S).attributes["acp.turn.chunk_count.agent_message_chunk"] == 1
+    assert one(spans, "session/prompt", S).attributes["acp.turn.agent_message_chunk.count"] == 1
 
 
 async def test_updates_outside_a_turn_keep_their_spans(instrument: Any, exporter: Any, pair: Any) -> None:

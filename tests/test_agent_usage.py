@@ -69,6 +69,7 @@ async def test_traced_editor_and_agent_report_usage_once(
         "gen_ai.usage.input_tokens": 120,
         "gen_ai.usage.output_tokens": 34,
         "acp.usage.total_tokens": 154,
+        "acp.usage.source": "turn",  # an agent without a profile: its counts are the turn's, as ACP says
         "acp.usage.context.used": 1000,
         "acp.usage.context.size": 200000,
         "acp.usage.cost.amount": 0.5,  # the session's first figure: its cumulative cost from zero
@@ -184,6 +185,7 @@ async def test_hostile_usage_values_are_ignored(instrument: Any, exporter: Any, 
         "acp.usage.cost.amount": 0.25,
         "acp.usage.cost.currency": "USD",
         "gen_ai.usage.reasoning.output_tokens": 5,
+        "acp.usage.source": "turn",
     }
 
 

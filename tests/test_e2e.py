@@ -192,7 +192,7 @@ def test_turn_is_one_trace_across_processes(request: pytest.FixtureRequest, prot
         # Before 0.12.1 the SDK may run the last session/update handler after the prompt's response, when the
         # turn has ended: that update then has spans of its own (seen on 0.9.0).
         assert not find(turn, "session/update")
-    assert server_prompt.attributes["acp.turn.chunk_count.agent_message_chunk"] > 0
+    assert server_prompt.attributes["acp.turn.agent_message_chunk.count"] > 0
     for method in ("_example.com/progress",):
         producers = find(turn, method, "PRODUCER", AGENT_SERVICE)
         consumers = find(turn, method, "CONSUMER", CLIENT_SERVICE)

@@ -152,5 +152,5 @@ async def test_uninstrumented_nokwargs_agent_works_without_injection(
     init = one(spans, "initialize", "CLIENT")  # spans are still recorded
     one(spans, "session/new", "CLIENT")
     assert init.status.status_code.name == "UNSET"
-    assert init.attributes.get("acp.agent.name") is None  # NoKwargsAgent sends no agentInfo
+    assert init.attributes.get("gen_ai.agent.name") is None  # NoKwargsAgent sends no agentInfo
     assert not counter.open

@@ -59,22 +59,30 @@ def test_cached_metric_attributes_are_bounded_like_fresh_ones() -> None:
     for _ in range(2):  # the second pass comes from the cache
         seen = [instruments.turn_attributes(n, "end_turn", None)["gen_ai.agent.name"] for n in names]
         assert seen == names[:16] + ["_OTHER"] * 4
-    assert instruments.turn_attributes(None, None, None) == {}
+    assert instruments.turn_attributes(None, None, None) == {"gen_ai.operation.name": "invoke_agent"}
     assert instruments.turn_attributes("agent-0", "weird", "E") == {
+        "gen_ai.operation.name": "invoke_agent",
         "gen_ai.agent.name": "agent-0",
         "acp.stop_reason": "weird",
         "error.type": "E",
     }
-    assert instruments.tool_attributes("agent-0", "read", "failed") == {
+    assert instruments.tool_attributes("agent-0", "Read", "read", "failed") == {
+        "gen_ai.operation.name": "execute_tool",
         "gen_ai.agent.name": "agent-0",
+        "gen_ai.tool.name": "Read",
         "acp.tool_call.kind": "read",
         "acp.tool_call.status": "failed",
-        "error.type": "tool_call_failed",
+        "error.type": "tool_error",
     }
-    assert instruments.tool_attributes(None, "nonsense", "odd") == {
+    assert instruments.tool_attributes(None, None, "nonsense", "odd") == {
+        "gen_ai.operation.name": "execute_tool",
         "acp.tool_call.kind": "_OTHER",
         "acp.tool_call.status": "_OTHER",
     }
+    tools = [f"tool-{i}" for i in range(40)]  # "Read" above is the first of 32 kept
+    for _ in range(2):
+        seen = [instruments.tool_attributes(None, t, "read", "completed")["gen_ai.tool.name"] for t in tools]
+        assert seen == tools[:31] + ["_OTHER"] * 9
     assert instruments.agent_only_attributes("agent-1") == {"gen_ai.agent.name": "agent-1"}
     currencies = [instruments.cost_attributes("agent-1", f"C{i}")["acp.usage.cost.currency"] for i in range(10)]
     assert currencies == [f"C{i}" for i in range(8)] + ["_OTHER"] * 2
@@ -93,7 +101,11 @@ def test_attribute_cache_is_capped() -> None:
     for i in range(5000):
         instruments.turn_attributes("a", None, f"E{i}")
     assert len(instruments._cache) <= 1024
-    assert instruments.turn_attributes("a", None, "E4999") == {"gen_ai.agent.name": "a", "error.type": "_OTHER"}
+    assert instruments.turn_attributes("a", None, "E4999") == {
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.agent.name": "a",
+        "error.type": "_OTHER",
+    }
 
 
 def test_settings_still_load() -> None:
@@ -215,14 +227,14 @@ def test_connection_state_goes_with_the_connection_and_is_not_inherited_through_
     peer = _Peer()
     state = engine.peer_state(peer)
     assert state is not None and engine.peer_state(peer) is state
-    state.attributes["acp.agent.name"] = "a"
+    state.attributes["gen_ai.agent.name"] = "a"
     other = _Peer()
     # Another object at the key of this one (as when a collected peer's id is reused) gets a state of its own,
     # in the lookup the engine makes per message as in peer_state().
     engine._peers[id(other)] = state
     call, _ = engine.begin_outgoing(other, "_x.dev/ping", {}, 1)
     assert call is not None and call.span is not None
-    assert "acp.agent.name" not in call.span.attributes  # type: ignore[attr-defined]
+    assert "gen_ai.agent.name" not in call.span.attributes  # type: ignore[attr-defined]
     engine.end_result(call, {})
     fresh = engine.peer_state(other)
     assert fresh is not state and fresh is not None and fresh.attributes == {}
@@ -242,8 +254,8 @@ def test_start_attributes_cached_per_connection_follow_what_initialize_teaches()
         later, _ = engine.begin_outgoing(client, "_x.dev/ping", {"sessionId": "s"}, request_id)
         engine.end_result(later, {})
     first, _, second, third = (dict(s.attributes) for s in exporter.get_finished_spans())
-    assert "acp.agent.name" not in first
-    assert second["acp.agent.name"] == third["acp.agent.name"] == "agent"
+    assert "gen_ai.agent.name" not in first
+    assert second["gen_ai.agent.name"] == third["gen_ai.agent.name"] == "agent"
     assert (second["jsonrpc.request.id"], third["jsonrpc.request.id"]) == ("2", "3")
     assert {k: v for k, v in second.items() if k != "jsonrpc.request.id"} == {
         k: v for k, v in third.items() if k != "jsonrpc.request.id"

@@ -127,7 +127,7 @@ async def test_events_on_the_prompt_span_of_each_side(instrument: Any, exporter:
             assert "acp.params" not in e.attributes
             assert all(SECRET not in str(v) for v in e.attributes.values())
         assert prompt_span.attributes["acp.session.update.count"] == 4
-        assert "acp.session.update.dropped" not in prompt_span.attributes
+        assert "acp.session.update.dropped.count" not in prompt_span.attributes
     client_prompt = one(spans, "session/prompt", C)
     assert p.client.update_trace_ids == [trace_id(client_prompt)] * 4
     assert p.client.update_kwargs == [{}] * 4
@@ -157,7 +157,7 @@ async def test_events_bounded_by_max_events_per_span(instrument: Any, exporter: 
             "tool_call",
         ]
         assert prompt_span.attributes["acp.session.update.count"] == 4
-        assert prompt_span.attributes["acp.session.update.dropped"] == 1
+        assert prompt_span.attributes["acp.session.update.dropped.count"] == 1
     assert not find(spans, "session/update")
 
 

@@ -108,17 +108,16 @@ async def test_first_chunk_time_is_the_first_agent_chunk(
     first_sent, first_done = agent.sent[1]  # the first agent chunk
     first_received = client.received[1]
     turns = _turns(exporter)
-    agent_ttfc = turns[SpanKind.SERVER].attributes["gen_ai.response.time_to_first_chunk"]
-    client_ttfc = turns[SpanKind.CLIENT].attributes["gen_ai.response.time_to_first_chunk"]
+    agent_ttfc = turns[SpanKind.SERVER].attributes["acp.turn.time_to_first_chunk"]
+    client_ttfc = turns[SpanKind.CLIENT].attributes["acp.turn.time_to_first_chunk"]
     # Both turns started before the agent's handler ran and after `before`; the first agent chunk was seen
     # after it was sent, and by the agent's side before its send returned, by the client's before its handler.
     assert first_sent - agent.entered <= agent_ttfc <= first_done - before
     assert first_sent - agent.entered <= client_ttfc <= first_received - before
     assert first_sent - agent.entered >= PAUSE  # the user chunk, a pause earlier, did not start the clock
-    # The metric records the same two values (one point: both sides name the same agent).
+    # The metric records the agent side's value only (the side closest to the agent: each turn counted once).
     (point,) = _points(reader, "acp.turn.time_to_first_chunk")
-    assert point.count == 2 and point.sum == pytest.approx(agent_ttfc + client_ttfc)
-    assert point.max == pytest.approx(max(agent_ttfc, client_ttfc))
+    assert point.count == 1 and point.sum == pytest.approx(agent_ttfc)
 
 
 async def test_user_chunks_alone_give_no_first_chunk_time(
@@ -127,10 +126,11 @@ async def test_user_chunks_alone_give_no_first_chunk_time(
     instrument(meter_provider=meter_provider)
     await _run(pair, counter, ChunkAgent([_text("user_message_chunk"), _text("user_message_chunk")]))
     for turn in _turns(exporter).values():
-        assert turn.attributes["acp.turn.chunk_count.user_message_chunk"] == 2
-        assert "gen_ai.response.time_to_first_chunk" not in turn.attributes
+        assert turn.attributes["acp.turn.user_message_chunk.count"] == 2
+        assert "acp.turn.time_to_first_chunk" not in turn.attributes
     assert _points(reader, "acp.turn.time_to_first_chunk") == []
-    assert sum(p.count for p in _points(reader, "gen_ai.invoke_agent.duration")) == 2  # the turns were recorded
+    assert sum(p.count for p in _points(reader, "gen_ai.invoke_agent.duration")) == 1  # the turns were recorded:
+    assert sum(p.count for p in _points(reader, "gen_ai.client.operation.duration")) == 1  # agent's, editor's
 
 
 # Each value at or just past a bound of an OTel int attribute (64-bit signed) or of a token count (>= 0).
@@ -153,7 +153,11 @@ async def test_usage_outside_the_range_is_dropped_field_by_field(
     await _run(pair, counter, agent, hostile=True)
     turn = _turns(exporter)[SpanKind.SERVER]  # the agent's side reports usage
     usage = {k: v for k, v in turn.attributes.items() if k.startswith(("gen_ai.usage.", "acp.usage."))}
-    assert usage == {"gen_ai.usage.input_tokens": 2**63 - 1, "gen_ai.usage.cache_read.input_tokens": 0}
+    assert usage == {
+        "gen_ai.usage.input_tokens": 2**63 - 1,
+        "gen_ai.usage.cache_read.input_tokens": 0,
+        "acp.usage.source": "turn",
+    }
     # The token counters count the kept input tokens once (the reporting side) and no output tokens.
     assert [p.value for p in _points(reader, "acp.turn.usage.input_tokens")] == [2**63 - 1]
     assert _points(reader, "acp.turn.usage.output_tokens") == []

@@ -102,9 +102,10 @@ async def test_capture_content_is_truncated(limit: int, instrument: Any, pair: A
             assert message["role"] == "user" and message["parts"][0]["type"] == "text"
             assert PROMPT_WORDS in message["parts"][0]["content"]
             (answer,) = json.loads(a["gen_ai.output.messages"])
-            assert answer["role"] == "assistant" and answer["finish_reason"] in ("stop", "error")
+            assert answer["role"] == "assistant" and "finish_reason" not in answer  # on the span, not the message
     (tool,) = [s for s in spans if (s.attributes or {}).get("gen_ai.operation.name") == "execute_tool"]
     assert 0 < len(tool.attributes["gen_ai.tool.call.arguments"]) <= limit  # rawInput, as the others
+    json.loads(tool.attributes["gen_ai.tool.call.arguments"])  # still JSON, however short the limit
     answered = [t for t in turns if t.attributes["output.value"]]
     assert len(answered) == 2 and all(SECRET[: max(0, limit - 6)] in t.attributes["output.value"] for t in answered)
     joined = "\n".join(captured)

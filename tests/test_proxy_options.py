@@ -37,7 +37,7 @@ def test_tool_name_and_extra_key_flags_become_settings() -> None:
     flags = ["--tool-names-from-titles", "--extra-trace-keys", "qwen,acme.traceparent"]
     options = options_from_args(build_parser().parse_args(["proxy", *flags, "--", "agent"]), environ={})
     settings = load_settings(options.settings_options, environ={})
-    assert settings.tool_names_from_titles is True
+    assert settings.tool_names_from_titles == "prefix"  # the identifier alone or before a colon
     assert settings.extra_trace_keys == ("qwen.telemetry.traceparent", "qwen.telemetry.tracestate", "acme.traceparent")
 
 

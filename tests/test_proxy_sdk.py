@@ -59,8 +59,8 @@ async def test_typescript_agent_untraced_editor(sink: OtlpSink) -> None:
     turn = the(spans, "session/prompt", "CLIENT", "agent-proxy")  # the proxy: `node agent.mjs` + "-proxy"
     assert turn.parent_id is None and turn.status == "UNSET"
     assert turn.attributes["acp.stop_reason"] == "end_turn"
-    assert turn.attributes["acp.session.id"] == session.session_id
-    assert turn.attributes["acp.agent.name"] == "ts-test-agent"
+    assert turn.attributes["gen_ai.conversation.id"] == session.session_id
+    assert turn.attributes["gen_ai.agent.name"] == "ts-test-agent"
     init_span = the(spans, "initialize", "CLIENT", "agent-proxy")
     assert init_span.attributes["acp.client.name"] == "test-client"
     permission = the(spans, "session/request_permission", "CLIENT", "agent-proxy")

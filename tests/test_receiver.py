@@ -34,7 +34,7 @@ PROTOBUF = {"Content-Type": "application/x-protobuf"}
 CLIENT_ATTRIBUTES = {
     "rpc.system.name": "jsonrpc",
     "rpc.method": "session/prompt",
-    "acp.session.id": "sess-1",
+    "gen_ai.conversation.id": "sess-1",
     "acp.prompt.blocks": 2,
     "acp.ratio": 0.5,
     "acp.streaming": True,

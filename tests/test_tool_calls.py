@@ -167,6 +167,16 @@ async def test_tool_name_sources_and_precedence(instrument: Any, exporter: Any, 
         else:
             assert span.name == f"execute_tool {span.attributes['gen_ai.tool.name']}"
     assert tools["claude"].attributes["acp.tool_call.kind"] == "read"  # the kind is kept beside the name
+    # Where each name came from: a kind standing in for a name says so.
+    sources = {tool_id: span.attributes.get("acp.tool_call.name.source") for tool_id, span in tools.items()}
+    assert sources == {
+        "acp": "acp",
+        "claude": "agent_meta",
+        "qwen": "agent_meta",
+        "kind": "kind",
+        "none": None,
+        "hostile": "kind",
+    }
 
 
 async def test_a_name_that_arrives_late_renames_the_open_span(
@@ -192,6 +202,9 @@ async def test_a_name_that_arrives_late_renames_the_open_span(
     assert tools["cc"].name == "execute_tool Read" and tools["cc"].attributes["gen_ai.tool.name"] == "Read"
     assert tools["late-kind"].name == "execute_tool search"
     assert tools["late-kind"].attributes["gen_ai.tool.name"] == "search"
+    assert tools["late-kind"].attributes["acp.tool_call.name.source"] == "kind"
+    assert tools["cc"].attributes["acp.tool_call.name.source"] == "agent_meta"  # renamed: the source follows
+    assert tools["upgrade"].attributes["acp.tool_call.name.source"] == "acp"
     assert tools["upgrade"].name == "execute_tool from_acp"
     assert tools["upgrade"].attributes["acp.tool_call.kind"] == "edit"
     assert SECRET not in all_text(spans)
@@ -228,6 +241,8 @@ async def test_tool_names_from_titles_option(
             "meta": "write_file",
             "kind-too": "ReadMany",
         }
+        sources = {tool_id: span.attributes.get("acp.tool_call.name.source") for tool_id, span in _tools(spans).items()}
+        assert sources["k/call_1"] == sources["kind-too"] == "title" and sources["meta"] == "agent_meta"
     else:
         assert names == {
             "k/call_1": None,
@@ -347,8 +362,8 @@ def test_extra_trace_keys_setting() -> None:
     assert load_settings(environ={}).extra_trace_keys == ()
     assert load_settings({"extra_trace_keys": ["qwen"]}).extra_trace_keys[0] == "qwen.telemetry.traceparent"
     assert load_settings({"extra_trace_keys": 5}).extra_trace_keys == ()
-    assert load_settings(environ={"OTEL_PYTHON_ACP_TOOL_NAMES_FROM_TITLES": "true"}).tool_names_from_titles
-    assert not load_settings(environ={}).tool_names_from_titles
+    assert load_settings(environ={"OTEL_PYTHON_ACP_TOOL_NAMES_FROM_TITLES": "true"}).tool_names_from_titles == "prefix"
+    assert load_settings(environ={}).tool_names_from_titles == "auto"  # the agent profile says
 
 
 async def test_extra_trace_keys_in_process(instrument: Any, exporter: Any, pair: Any) -> None:

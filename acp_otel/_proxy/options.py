@@ -96,8 +96,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--tool-names-from-titles",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="name tool calls nothing else names after the identifier their first title starts with "
-        "(OTEL_PYTHON_ACP_TOOL_NAMES_FROM_TITLES; default off)",
+        help="name tool calls nothing else names after the identifier their first title starts with, or never "
+        "(OTEL_PYTHON_ACP_TOOL_NAMES_FROM_TITLES; default: as the agent's profile says)",
     )
     parser.add_argument(
         "--extra-trace-keys",

@@ -145,7 +145,10 @@ def _build_tracer(options: ProxyOptions) -> tuple[Any, Any]:
         from .tracing import MessageTracer
 
         settings = load_settings(options.settings_options)
-        return tel, MessageTracer(Engine(tel.tracer(), settings, _metric_instruments(tel)))
+        engine = Engine(tel.tracer(), settings, _metric_instruments(tel))
+        tracer = MessageTracer(engine)
+        engine.note_agent_command(tracer.peer, options.command)  # the agent profile, until initialize names it
+        return tel, tracer
     except Exception:
         _log.debug("acp_otel proxy: tracing disabled, setup failed", exc_info=True)
         return None, None

@@ -63,7 +63,7 @@ class SessionCheck(SpanProcessor):
         self._lock = threading.Lock()
 
     def on_end(self, span: Any) -> None:
-        session = (span.attributes or {}).get("acp.session.id")
+        session = (span.attributes or {}).get("gen_ai.conversation.id")
         trace_id = span.context.trace_id
         with self._lock:
             self.spans += 1
