@@ -17,6 +17,7 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import agents
 import pytest
@@ -39,12 +40,13 @@ pytestmark = pytest.mark.timeout(900)
 
 AGENTS = ["gemini", "opencode", "copilot", "cline", "fast_agent", "agentao", "pi"]
 TURNS = 2
-# Where each agent's tool spans get their names with nothing turned on (docs/agents.md): the whole first title,
-# the identifier before a colon in it, or none (the ACP kind).
+# Where each agent's tool spans get their names with nothing turned on (the agent profiles, docs/agents.md): the
+# whole first title, or the identifier before a colon in it; the others' spans are named by the ACP kind.
 TITLE_NAMES = {"opencode": "title", "fast_agent": "title", "agentao": "title", "cline": "identifier"}
-# How each agent's token reports relate to the turn (docs/agents.md): equal to what the model served in the
-# turn, or not derivable (OpenCode reports its last model call only).
-TOKENS_EQUAL = {"gemini", "copilot", "cline", "fast_agent", "agentao", "pi"}
+# What each agent's token report is (acp.usage.source) where it sends one: the turn's tokens can be derived from
+# Copilot's running totals and Gemini's _meta.quota; OpenCode's are its last model call's. The others send none
+# (fast-agent's status text in _meta is not read).
+USAGE_SOURCE = {"gemini": "agent_meta", "copilot": "running_total", "opencode": "last_call"}
 # Observations for the report: what each agent sent, by side of the proxy.
 OBSERVED = Path(os.environ.get("ACP_OTEL_REAL_AGENTS_OBSERVED", "/tmp/acp-otel-real-agents"))
 
@@ -63,14 +65,11 @@ class Case:
         return sorted(turn_of([s for s in self.spans if s.service == PROXY_SERVICE]), key=lambda s: s.start_ns)
 
 
-_CASES: dict[str, Case] = {}
-
-
 async def _proxied(name: str, tmp_path: Path, model: ModelServer, sink: Sink, script: Script) -> Case:
     home = tmp_path / "home"
     home.mkdir()
     agent = getattr(agents, f"{name}_agent")(home, model.url)
-    env = {**agent.env, **sink.env()}
+    env = {**agent.env, **sink.env(), "OTEL_METRICS_EXPORTER": "otlp"}  # the token counters, at the proxy's exit
     try:
         run = await run_turn(
             agent.command,
@@ -175,13 +174,103 @@ def check_contract(name: str, case: Case, check: Checks, unannounced: set[str] |
     check(case.sink.leaks(case.script.canaries(), {PROXY_SERVICE}) == [], "no content in telemetry (canary absent)")
 
 
+COUNTERS = {"acp.turn.usage.input_tokens": "input", "acp.turn.usage.output_tokens": "output"}
+
+
+def _metric_sums(sink: Sink) -> dict[str, float]:
+    """The proxy's exported token counters (docs/metrics.md), summed over their data points (cumulative: the
+    last export at its exit is the process's total)."""
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+
+    sums: dict[str, float] = {}
+    for path, body in sink.other:
+        if not path.endswith("/v1/metrics"):
+            continue
+        request = ExportMetricsServiceRequest()
+        request.ParseFromString(body)
+        for resource in request.resource_metrics:
+            service = {a.key: a.value.string_value for a in resource.resource.attributes}.get("service.name")
+            if service != PROXY_SERVICE:
+                continue
+            for scope in resource.scope_metrics:
+                for metric in scope.metrics:
+                    if metric.name in COUNTERS:
+                        sums[COUNTERS[metric.name]] = sum(p.as_int or p.as_double for p in metric.sum.data_points)
+    return sums
+
+
+def check_tokens(name: str, case: Case, check: Checks) -> None:
+    """Each turn's tokens on its span (and, over the session, in the counters) are those the scripted model
+    served in that turn; a last call's counts are said to be that and kept off the turn's counts."""
+    source = USAGE_SOURCE.get(name)
+    for n, turn in enumerate(case.turns()):
+        attrs = turn.attributes
+        served_in, served_out = case.model.served(n)
+        if source is None:
+            check(not [k for k in attrs if k.startswith("gen_ai.usage.")], f"turn {n}: no usage (the agent sends none)")
+        elif source == "last_call":
+            last_in, last_out = case.model.turns[n][-1]
+            check(attrs.get("acp.usage.source") == "last_call", f"turn {n}: acp.usage.source last_call", attrs)
+            check(
+                not [k for k in attrs if k.startswith("gen_ai.usage.")],
+                f"turn {n}: a last call's counts not passed off as the turn's",
+                attrs,
+            )
+            check(
+                (attrs.get("acp.usage.last_call.input_tokens"), attrs.get("acp.usage.last_call.output_tokens"))
+                == (last_in, last_out),
+                f"turn {n}: the last call's counts {(last_in, last_out)}",
+                attrs,
+            )
+        else:
+            check(attrs.get("acp.usage.source") == source, f"turn {n}: acp.usage.source {source}", attrs)
+            got = (attrs.get("gen_ai.usage.input_tokens"), attrs.get("gen_ai.usage.output_tokens"))
+            check(got == (served_in, served_out), f"turn {n}: tokens served {(served_in, served_out)}", got)
+    if source in ("agent_meta", "running_total"):
+        sums = _metric_sums(case.sink)
+        total_in = sum(case.model.served(n)[0] for n in range(TURNS))
+        total_out = sum(case.model.served(n)[1] for n in range(TURNS))
+        check(
+            (sums.get("input"), sums.get("output")) == (total_in, total_out),
+            f"token counters: served {(total_in, total_out)}",
+            sums,
+        )
+
+
+def check_tool_names(name: str, case: Case, check: Checks) -> None:
+    """Tool spans named from titles for the agents whose titles are their tool names; the ACP kind otherwise."""
+    first: dict[str, Any] = {}
+    for u in case.run.editor.updates:
+        if getattr(u, "session_update", None) in ("tool_call", "tool_call_update") and u.tool_call_id not in first:
+            if getattr(u, "title", None):
+                first[u.tool_call_id] = u
+    for tool in tools_of([s for s in case.spans if s.service == PROXY_SERVICE]):
+        update = first.get(tool.attributes.get("gen_ai.tool.call.id"))
+        if update is None:
+            continue
+        mode = TITLE_NAMES.get(name)
+        if mode == "title":
+            wanted = update.title
+        elif mode == "identifier":
+            wanted = update.title.split(":")[0].strip()
+        else:
+            wanted = getattr(update, "kind", None)
+        check(
+            tool.attributes.get("gen_ai.tool.name") == wanted and tool.name == f"execute_tool {wanted}",
+            f"tool span named execute_tool {wanted}",
+            (tool.name, tool.attributes.get("gen_ai.tool.name")),
+        )
+
+
 @pytest.mark.parametrize("name", AGENTS)
 async def test_agent(name: str, tmp_path: Path, model: ModelServer, sink: Sink, script: Script) -> None:
-    """Two turns through the proxy: the span contract holds, and nothing the case started is left running."""
+    """Two turns through the proxy: the span contract holds, each turn's tokens are those the model served
+    (or said to be the last call's), tool spans carry the names the agent's profile reads, with no option on."""
     case = await _proxied(name, tmp_path, model, sink, script)
-    _CASES[name] = case
     check = Checks()
     check_contract(name, case, check, UNANNOUNCED.get(name))
+    check_tokens(name, case, check)
+    check_tool_names(name, case, check)
     check.done()
 
 
