@@ -246,15 +246,28 @@ def phoenix(session: nox.Session) -> None:
 # tests/real_agents/package-lock.json. Python 3.13: kimi-cli needs >= 3.12, and 3.12.1 cannot import it.
 REAL_AGENTS_PYTHON = "3.13"
 KIMI_CLI = "kimi-cli==1.52.0"
+# Python agents whose pins conflict with kimi-cli's (typer): each in a virtual environment of its own inside the
+# session's, named to the tests by an environment variable. agentao's ACP server needs its "cli" extra.
+AGENT_VENVS = {
+    "ACP_OTEL_FAST_AGENT_VENV": ("fast-agent", "fast-agent-mcp==0.10.48"),
+    "ACP_OTEL_AGENTAO_VENV": ("agentao", "agentao[cli]==0.5.17"),
+}
 
 
 @nox.session(python=REAL_AGENTS_PYTHON)
 def real_agents(session: nox.Session) -> None:
-    """Claude Code, codex, kimi-cli and Qwen Code behind ``acp-otel proxy``, offline (a scripted model)."""
+    """Eleven real agents behind ``acp-otel proxy``, offline (a scripted model); see docs/agents.md."""
     # uv (nox's, or from PyPI) resolves kimi-cli's ~150 dependencies in seconds where pip takes minutes.
     uv = _uv(session)
     python = os.path.join(session.bin, "python")
     session.run(uv, "pip", "install", "--quiet", "--python", python, _package("[test]"), KIMI_CLI, "pytest-xdist")
+    agent_env = {"ACP_OTEL_REAL_AGENTS": "1"}
+    for variable, (name, requirement) in AGENT_VENVS.items():
+        venv = os.path.join(session.virtualenv.location, f"agent-{name}")
+        if not os.path.exists(os.path.join(venv, "bin", "python")):
+            session.run(uv, "venv", "--quiet", "--python", python, venv)
+        session.run(uv, "pip", "install", "--quiet", "--python", os.path.join(venv, "bin", "python"), requirement)
+        agent_env[variable] = venv
     root = os.getcwd()
     session.chdir("tests/real_agents")
     # Not `npm ci`: Qwen Code's optional clipboard dependency names per-platform packages that were never
@@ -273,7 +286,7 @@ def real_agents(session: nox.Session) -> None:
         "3",
         "tests/real_agents",
         *session.posargs,
-        env={"ACP_OTEL_REAL_AGENTS": "1"},
+        env=agent_env,
     )
 
 

@@ -11,9 +11,12 @@ import asyncio
 import contextlib
 import itertools
 import json
+import os
+import signal
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -123,7 +126,9 @@ class Run:
     editor: Editor
     init: Any = None
     session_id: str = ""
-    result: Any = None
+    result: Any = None  # the last turn's PromptResponse
+    results: list[Any] = field(default_factory=list)  # every turn's, in order
+    turn_updates: list[int] = field(default_factory=list)  # len(editor.updates) when each turn ended
     editor_sent: bytes = b""
     editor_received: bytes = b""
     agent_received: bytes = b""  # what the agent read (tap): the proxy's output when proxied
@@ -168,13 +173,16 @@ async def run_turn(
     agent: list[str],
     env: dict[str, str],
     cwd: Path,
-    prompt_text: str,
+    prompt_text: str | list[str],
     *,
     proxy_args: list[str] | None = None,
+    before_prompt: Callable[[], None] | None = None,
     timeout: float = 180.0,
     grace: float = 10.0,
 ) -> Run:
-    """One editor session: initialize, session/new, one prompt; then close the agent's stdin and time its exit.
+    """One editor session: initialize, session/new, a prompt per text in ``prompt_text`` (``before_prompt`` is
+    called before each); then close the agent's stdin and time its exit. The agent runs in a process group
+    of its own, which is killed after the exit is timed (an agent's leftovers would outlive the test).
 
     ``proxy_args`` None runs the agent directly (still behind the tap); a list runs ``acp-otel proxy ARGS -- ...``.
     """
@@ -193,6 +201,7 @@ async def run_turn(
             env=env,
             cwd=str(cwd),
             limit=2**24,
+            start_new_session=True,
         )
         assert proc.stdin is not None and proc.stdout is not None
         sent: list[bytes] = []
@@ -227,12 +236,21 @@ async def run_turn(
                 ),
                 timeout,
             )
-            session = await asyncio.wait_for(conn.new_session(cwd=str(cwd), mcp_servers=[]), timeout)
-            run.session_id = session.session_id
-            run.result = await asyncio.wait_for(
-                conn.prompt(session_id=run.session_id, prompt=[{"type": "text", "text": prompt_text}]), timeout
+            # Sent without the SDK's response model: the session's SDK is kimi-cli's pin (0.8.0), whose schema
+            # lacks config option types newer agents send in this response (Cline's "boolean"); only the id is used.
+            session = await asyncio.wait_for(
+                conn._conn.send_request("session/new", {"cwd": str(cwd), "mcpServers": []}), timeout
             )
-            await asyncio.sleep(0.3)  # trailing notifications of the turn
+            run.session_id = session["sessionId"]
+            for text in [prompt_text] if isinstance(prompt_text, str) else prompt_text:
+                if before_prompt is not None:
+                    before_prompt()
+                run.result = await asyncio.wait_for(
+                    conn.prompt(session_id=run.session_id, prompt=[{"type": "text", "text": text}]), timeout
+                )
+                run.results.append(run.result)
+                await asyncio.sleep(0.3)  # trailing notifications of the turn
+                run.turn_updates.append(len(editor.updates))
         finally:
             # As editors do: close the agent's stdin; if it is still running after a grace period, SIGTERM;
             # then SIGKILL.
@@ -248,6 +266,8 @@ async def run_turn(
                     break
             run.shutdown_seconds = time.monotonic() - started
             run.returncode = proc.returncode
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)  # whatever the agent left in its group
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(pumping, 5)
             with contextlib.suppress(Exception):

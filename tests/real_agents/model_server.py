@@ -1,7 +1,10 @@
-"""A scripted model on loopback for real agents: Anthropic Messages, OpenAI Responses and chat completions.
+"""A scripted model on loopback for real agents: Anthropic Messages, OpenAI Responses, chat completions and Gemini.
 
 Every API streams (SSE) the same scripted turn: the model asks to read a file, then to write one, then to
-run a shell command, then answers with text, reporting token usage each time. The step is the number of
+run a shell command, then answers with text, reporting token usage each time. The token counts differ per
+call (``usage_of``), so a turn's total, its last call and a session's running total are different numbers;
+the server records what it served per turn (``begin_turn``, ``served``), which the tests compare with what
+the agents report. The step is the number of
 tool results already in the request, so each agent's own loop drives it. Requests that offer no tools
 (titles, summaries, warm-ups) get a short text answer. The tool names and argument shapes are the agent's
 own: the first name the request offers from each step's candidates is used.
@@ -95,7 +98,54 @@ STEPS: list[list[tuple[str, Args]]] = [
     ],
 ]
 
-USAGE = (1200, 40)  # input, output tokens per model call
+# Agents whose tools the list above does not name: per step, tool names to look for, and the arguments built
+# from the offered tool's own parameter names (a path, a body, a command).
+FALLBACK_NAMES = [
+    ("read", "view", "read_text_file", "read_files", "readFile"),
+    ("write", "create", "write_text_file", "write_to_file", "writeFile", "apply_patch"),
+    ("bash", "execute", "run_command", "execute_command", "run_commands", "exec"),
+]
+_PATH_KEYS = ("file_path", "filePath", "path", "absolute_path", "absolutePath", "filename")
+_BODY_KEYS = ("content", "file_text", "text", "contents")
+_COMMAND_KEYS = ("command", "cmd")
+
+
+def fallback_arguments(step: int, properties: list[str], script: Script) -> dict[str, Any]:
+    """Arguments for the step's tool from the names of its parameters."""
+    args: dict[str, Any] = {}
+    path = script.read_path if step == 0 else script.write_path
+    for key in properties:
+        if key in _PATH_KEYS and step < 2:
+            args[key] = str(path)
+        elif key in _BODY_KEYS and step == 1:
+            args[key] = script.write_body
+        elif key in _COMMAND_KEYS and step == 2:
+            args[key] = script.command
+        elif key == "description" and step == 2:
+            args[key] = "Print a word"
+        elif key == "files" and step == 0:  # Cline's read_files
+            args[key] = [{"path": str(path)}]
+        elif key == "commands" and step == 2:  # Cline's run_commands
+            args[key] = [script.command]
+        elif key == "input" and step == 1:  # Cline's apply_patch
+            body = "".join(f"+{line}\n" for line in script.write_body.splitlines())
+            args[key] = f"*** Begin Patch\n*** Add File: {path}\n{body}*** End Patch"
+    return args
+
+
+USAGE = (1200, 40)  # input, output tokens of a model's first call; later calls add USAGE_STEP per call
+USAGE_STEP = (100, 3)
+
+
+def usage_of(call: int) -> tuple[int, int]:
+    """Input and output tokens reported for the server's ``call``-th answer (from 0): all different."""
+    return USAGE[0] + USAGE_STEP[0] * call, USAGE[1] + USAGE_STEP[1] * call
+
+
+def _props(schema: Any) -> list[str]:
+    """The property names of a tool's JSON schema."""
+    properties = schema.get("properties") if isinstance(schema, dict) else None
+    return list(properties) if isinstance(properties, dict) else []
 
 
 @dataclass
@@ -114,7 +164,30 @@ class ModelServer:
 
     script: Script
     log: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    # Per turn (begin_turn), the (input, output) tokens of each answer served: what the agent used.
+    turns: list[list[tuple[int, int]]] = field(default_factory=lambda: [[]])
+    unknown_tools: list[list[str]] = field(default_factory=list)  # offered tool lists no step could use
     _ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
+    _calls: Iterator[int] = field(default_factory=itertools.count)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def begin_turn(self) -> None:
+        """Count the answers served from now on as the next turn's (the first turn needs no call)."""
+        with self._lock:
+            if self.turns[-1]:
+                self.turns.append([])
+
+    def usage(self) -> tuple[int, int]:
+        """The token counts for the next answer, recorded as served in the current turn."""
+        with self._lock:
+            used = usage_of(next(self._calls))
+            self.turns[-1].append(used)
+            return used
+
+    def served(self, turn: int) -> tuple[int, int]:
+        """Input and output tokens served in ``turn`` (from 0), summed over its answers."""
+        calls = self.turns[turn] if turn < len(self.turns) else []
+        return sum(c[0] for c in calls), sum(c[1] for c in calls)
 
     def __post_init__(self) -> None:
         server = self
@@ -145,6 +218,10 @@ class ModelServer:
                 path = self.path.split("?")[0]
                 if path.endswith("/messages/count_tokens"):
                     self._json({"input_tokens": USAGE[0]})
+                elif path.endswith(":countTokens"):
+                    self._json({"totalTokens": USAGE[0]})
+                elif path.endswith(":streamGenerateContent") or path.endswith(":generateContent"):
+                    self._gemini(body, path.endswith(":streamGenerateContent"))
                 elif path.endswith("/messages"):
                     self._anthropic(body)
                 elif path.endswith("/responses"):
@@ -178,6 +255,7 @@ class ModelServer:
             # Anthropic Messages -------------------------------------------------------------------
             def _anthropic(self, body: dict[str, Any]) -> None:
                 tools = [t.get("name") for t in body.get("tools") or []]
+                schemas = {t.get("name"): _props(t.get("input_schema")) for t in body.get("tools") or []}
                 done = sum(
                     1
                     for m in body.get("messages") or []
@@ -185,9 +263,10 @@ class ModelServer:
                     for b in m["content"]
                     if isinstance(b, dict) and b.get("type") == "tool_result"
                 )
-                call = server.next_call(tools, done, "toolu_")
+                call = server.next_call(tools, done, "toolu_", schemas)
                 message_id = f"msg_{next(server._ids)}"
-                usage = {"input_tokens": USAGE[0], "output_tokens": 1, "cache_read_input_tokens": 0}
+                used = server.usage()
+                usage = {"input_tokens": used[0], "output_tokens": 1, "cache_read_input_tokens": 0}
                 message = {
                     "id": message_id,
                     "type": "message",
@@ -213,7 +292,7 @@ class ModelServer:
                     else:
                         final["text"] = call.text
                     message.update(
-                        content=[final], stop_reason=stop, usage={"input_tokens": USAGE[0], "output_tokens": USAGE[1]}
+                        content=[final], stop_reason=stop, usage={"input_tokens": used[0], "output_tokens": used[1]}
                     )
                     self._json(message)
                     return
@@ -228,7 +307,7 @@ class ModelServer:
                             {
                                 "type": "message_delta",
                                 "delta": {"stop_reason": stop, "stop_sequence": None},
-                                "usage": {"output_tokens": USAGE[1]},
+                                "usage": {"output_tokens": used[1]},
                             },
                         ),
                         ("message_stop", {"type": "message_stop"}),
@@ -238,6 +317,7 @@ class ModelServer:
             # OpenAI Responses ---------------------------------------------------------------------
             def _responses(self, body: dict[str, Any]) -> None:
                 tools = [t.get("name") for t in body.get("tools") or [] if isinstance(t, dict)]
+                schemas = {t.get("name"): _props(t.get("parameters")) for t in body.get("tools") or []}
                 items = body.get("input") if isinstance(body.get("input"), list) else []
                 done = sum(
                     1
@@ -246,14 +326,15 @@ class ModelServer:
                     and item.get("type")
                     in ("function_call_output", "custom_tool_call_output", "local_shell_call_output")
                 )
-                call = server.next_call(tools, done, "call_")
+                call = server.next_call(tools, done, "call_", schemas)
                 response_id = f"resp_{next(server._ids)}"
+                used = server.usage()
                 usage = {
-                    "input_tokens": USAGE[0],
+                    "input_tokens": used[0],
                     "input_tokens_details": {"cached_tokens": 0},
-                    "output_tokens": USAGE[1],
+                    "output_tokens": used[1],
                     "output_tokens_details": {"reasoning_tokens": 0},
-                    "total_tokens": sum(USAGE),
+                    "total_tokens": sum(used),
                 }
                 base = {"id": response_id, "object": "response", "model": body.get("model", "fake-model")}
                 if call.tool is not None:
@@ -317,11 +398,15 @@ class ModelServer:
 
             # OpenAI chat completions --------------------------------------------------------------
             def _chat(self, body: dict[str, Any]) -> None:
-                tools = [(t.get("function") or {}).get("name") for t in body.get("tools") or [] if isinstance(t, dict)]
-                done = sum(1 for m in body.get("messages") or [] if isinstance(m, dict) and m.get("role") == "tool")
-                call = server.next_call(tools, done, "call_")
+                functions = [t.get("function") or {} for t in body.get("tools") or [] if isinstance(t, dict)]
+                tools = [f.get("name") for f in functions]
+                schemas = {f.get("name"): _props(f.get("parameters")) for f in functions}
+                turn = server.this_turn(body.get("messages"))
+                done = sum(1 for m in turn if isinstance(m, dict) and m.get("role") == "tool")
+                call = server.next_call(tools, done, "call_", schemas)
                 chunk_id = f"chatcmpl-{next(server._ids)}"
-                usage = {"prompt_tokens": USAGE[0], "completion_tokens": USAGE[1], "total_tokens": sum(USAGE)}
+                used = server.usage()
+                usage = {"prompt_tokens": used[0], "completion_tokens": used[1], "total_tokens": sum(used)}
                 model = body.get("model", "fake-model")
                 if call.tool is not None:
                     delta: dict[str, Any] = {
@@ -370,6 +455,48 @@ class ModelServer:
 
                 self._sse([(None, chunk(delta, None)), (None, chunk({}, finish, usage=usage)), (None, "[DONE]")])
 
+            # Gemini generateContent (SSE with ?alt=sse) ------------------------------------------
+            def _gemini(self, body: dict[str, Any], stream: bool) -> None:
+                declarations = [
+                    d
+                    for t in body.get("tools") or []
+                    if isinstance(t, dict)
+                    for d in t.get("functionDeclarations") or t.get("function_declarations") or []
+                    if isinstance(d, dict)
+                ]
+                tools = [d.get("name") for d in declarations]
+                schemas = {
+                    d.get("name"): _props(d.get("parametersJsonSchema") or d.get("parameters")) for d in declarations
+                }
+                done = sum(
+                    1
+                    for c in server.this_turn(body.get("contents"))
+                    if isinstance(c, dict)
+                    for part in c.get("parts") or []
+                    if isinstance(part, dict) and "functionResponse" in part
+                )
+                call = server.next_call(tools, done, "gem_", schemas)
+                used = server.usage()
+                part = (
+                    {"functionCall": {"name": call.tool, "args": call.arguments}}
+                    if call.tool is not None
+                    else {"text": call.text}
+                )
+                answer = {
+                    "candidates": [{"content": {"role": "model", "parts": [part]}, "finishReason": "STOP", "index": 0}],
+                    "usageMetadata": {
+                        "promptTokenCount": used[0],
+                        "candidatesTokenCount": used[1],
+                        "totalTokenCount": sum(used),
+                    },
+                    "modelVersion": "scripted-model",
+                    "responseId": call.call_id,
+                }
+                if stream:
+                    self._sse([(None, answer)])
+                else:
+                    self._json(answer)
+
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]
@@ -379,16 +506,32 @@ class ModelServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def next_call(self, tools: list[Any], done: int, prefix: str) -> Call:
-        """The scripted answer for a request offering ``tools`` after ``done`` tool results."""
+    def next_call(self, tools: list[Any], done: int, prefix: str, schemas: dict[str, list[str]] | None = None) -> Call:
+        """The scripted answer for a request offering ``tools`` (their parameter names in ``schemas``) after
+        ``done`` tool results."""
         call_id = f"{prefix}{next(self._ids)}"
+        tools = [t for t in tools if t]
         if tools and done < len(STEPS):
             for name, build in STEPS[done]:
                 if name in tools:
                     return Call(name, build(self.script), "", call_id)
+            for name in FALLBACK_NAMES[done]:
+                if name in tools:
+                    properties = (schemas or {}).get(name, [])
+                    return Call(name, fallback_arguments(done, properties, self.script), "", call_id)
+            self.unknown_tools.append([f"{t}({','.join((schemas or {}).get(t, []))})" for t in tools])
+            return Call(None, {}, self.script.answer, call_id)  # no tool for the step: the turn ends
         if tools and done >= len(STEPS):
             return Call(None, {}, self.script.answer, call_id)
         return Call(None, {}, "Scripted", call_id)
+
+    def this_turn(self, history: Any) -> list[Any]:
+        """The messages of ``history`` from the last one carrying a prompt of the script on (a second turn
+        sees the first turn's tool results before its prompt)."""
+        items = history if isinstance(history, list) else []
+        marker = f"{self.script.canary}-PROMPT"
+        starts = [i for i, item in enumerate(items) if marker in json.dumps(item)]
+        return items[starts[-1] :] if starts else items
 
     def tool_requests(self) -> list[tuple[str, dict[str, Any]]]:
         """The logged requests that offered tools (the turn's own model calls)."""
