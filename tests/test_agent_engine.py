@@ -200,7 +200,11 @@ def test_a_v2_turn_cut_off_by_the_connection_finishes_with_an_error(spans: Any, 
     turn = one(exporter.get_finished_spans(), f"{sc.ACP_TURN_SPAN_NAME} a", SpanKind.INTERNAL)
     (message,) = json.loads(turn.attributes[sc.GEN_AI_OUTPUT_MESSAGES])
     assert message["parts"] == [{"type": "text", "content": "partial"}]
-    assert message["finish_reason"] == ("error" if closed else sc.FINISH_REASONS["end_turn"])
+    if closed:  # no stop reason came: none is claimed, and the turn says what ended it
+        assert sc.GEN_AI_RESPONSE_FINISH_REASONS not in turn.attributes
+        assert turn.attributes[sc.ACP_TURN_ENDED_BY] == "connection_closed"
+    else:
+        assert turn.attributes[sc.GEN_AI_RESPONSE_FINISH_REASONS] == (sc.FINISH_REASONS["end_turn"],)
     assert (turn.attributes.get(sc.ACP_TURN_ENDED_BY) is not None) is closed
 
 

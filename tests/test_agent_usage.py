@@ -244,6 +244,7 @@ async def test_usage_values_at_their_bounds(
         sc.ACP_USAGE_COST_CURRENCY: long_currency,
         sc.GEN_AI_USAGE_INPUT_TOKENS: 0,
         sc.GEN_AI_USAGE_OUTPUT_TOKENS: 7,
+        sc.ACP_USAGE_SOURCE: "turn",
     }
     assert sc.ACP_USAGE_CONTEXT_USED not in second and sc.ACP_USAGE_CONTEXT_SIZE not in second
     assert (second[sc.ACP_USAGE_COST_AMOUNT], second[sc.ACP_USAGE_COST_CURRENCY]) == (1.0, long_currency)
