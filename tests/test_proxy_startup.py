@@ -254,7 +254,10 @@ def test_early_span_contexts_are_what_the_sdk_makes(monkeypatch: pytest.MonkeyPa
     decide = deferred.early_sampler()
     assert decide is not None
     ids = ReplayIds()
-    real = TracerProvider(shutdown_on_exit=False, id_generator=ids).get_tracer("t")
+    try:
+        real = TracerProvider(shutdown_on_exit=False, id_generator=ids).get_tracer("t")
+    except ValueError:  # e.g. 1.27: the ratio's range checked outside the fallback the newer releases have
+        pytest.skip("this SDK release refuses a sampler ratio outside [0, 1] (newer ones use 1.0): no SDK to compare")
     state = TraceState([("vendor", "v1")])
     parents: list[Any] = [None]
     for flags in (0, 1, 2, 3):

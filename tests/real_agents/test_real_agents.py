@@ -45,10 +45,9 @@ class Expect:
 
 
 EXPECT = {
-    # kimi sends neither name nor kind: its first title is the tool's name, with tool_names_from_titles.
+    # kimi sends neither name nor kind: its first title is the tool's name, taken by its profile (no option set).
     "kimi": Expect(
         ("ReadFile", "WriteFile", "Shell"),
-        proxy_options=("OTEL_PYTHON_ACP_TOOL_NAMES_FROM_TITLES=true",),
         client_calls=(
             ("fs/read_text_file", 0),
             ("fs/write_text_file", 1),
