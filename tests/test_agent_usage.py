@@ -188,7 +188,7 @@ class QuietSecondTurnAgent(TraceAgent):
                 "session/update", {"sessionId": session_id, "update": _cost_update(0.0)}
             )
             await self.conn.read_text_file(session_id=session_id, path="/tmp/usage.txt")  # see UsageAgent
-        return {"stopReason": "end_turn", "usage": {"inputTokens": 120, "outputTokens": 34}}
+        return {"stopReason": "end_turn", "usage": {"inputTokens": 120, "outputTokens": 34, "totalTokens": 154}}
 
 
 async def test_a_turn_without_updates_after_the_agent_proved_traced_reports_usage_once(
@@ -216,7 +216,7 @@ class BoundsAgent(TraceAgent):
         for update in self.turns.pop(0):
             await self.conn._conn.send_notification("session/update", {"sessionId": session_id, "update": update})
         await self.conn.read_text_file(session_id=session_id, path="/tmp/usage.txt")  # see UsageAgent
-        return {"stopReason": "end_turn", "usage": {"inputTokens": 0, "outputTokens": 7}}
+        return {"stopReason": "end_turn", "usage": {"inputTokens": 0, "outputTokens": 7, "totalTokens": 7}}
 
 
 async def test_usage_values_at_their_bounds(
@@ -244,6 +244,7 @@ async def test_usage_values_at_their_bounds(
         sc.ACP_USAGE_COST_CURRENCY: long_currency,
         sc.GEN_AI_USAGE_INPUT_TOKENS: 0,
         sc.GEN_AI_USAGE_OUTPUT_TOKENS: 7,
+        sc.ACP_USAGE_TOTAL_TOKENS: 7,
         sc.ACP_USAGE_SOURCE: "turn",
     }
     assert sc.ACP_USAGE_CONTEXT_USED not in second and sc.ACP_USAGE_CONTEXT_SIZE not in second
