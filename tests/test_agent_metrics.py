@@ -145,6 +145,17 @@ async def test_global_meter_provider_is_used_without_the_keyword(
     assert metrics.get_meter_provider() is not None
 
 
+# Every histogram of Instruments, by attribute.
+HISTOGRAMS = (
+    "client_duration",
+    "server_duration",
+    "turn_duration",
+    "client_turn_duration",
+    "tool_duration",
+    "first_chunk",
+)
+
+
 class _MeterBefore130:
     """A real SDK meter behind the API's signature before 1.30: ``create_histogram`` without the bucket advisory
     (the newer API cannot be made to lack it; on the floors, ``nox -s floors``, the real 1.27 API is used too)."""
@@ -173,14 +184,7 @@ def test_every_instrument_without_the_bucket_advisory(
         instruments = acp_metrics.Instruments(meter)
     said = [r for r in caplog.records if "bucket advisory" in r.getMessage()]
     assert len(said) == 1 and said[0].levelname == "WARNING"
-    for histogram in (
-        "client_duration",
-        "server_duration",
-        "turn_duration",
-        "client_turn_duration",
-        "tool_duration",
-        "first_chunk",
-    ):
+    for histogram in HISTOGRAMS:
         getattr(instruments, histogram).record(2.5, {"gen_ai.agent.name": "a"})
     for counter in ("input_tokens", "output_tokens", "cost"):
         getattr(instruments, counter).add(3, {"gen_ai.agent.name": "a"})
@@ -303,14 +307,7 @@ def test_each_histogram_exports_its_buckets() -> None:
     try:
         instruments = acp_metrics.make_instruments(mp, "0")
         assert instruments is not None
-        for histogram in (
-            "client_duration",
-            "server_duration",
-            "turn_duration",
-            "client_turn_duration",
-            "tool_duration",
-            "first_chunk",
-        ):
+        for histogram in HISTOGRAMS:
             getattr(instruments, histogram).record(1.5)
         assert mp.force_flush(10_000)
     finally:

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -98,25 +96,6 @@ async def _proxied(name: str, tmp_path: Path, model: ModelServer, sink: Sink, sc
     assert script.answer in run.texts(), (run.texts()[-500:], model.unknown_tools)
     spans = sink.wait_for(lambda s: len(turn_of([x for x in s if x.service == PROXY_SERVICE])) >= TURNS)
     return Case(run, spans, model, script, sink)
-
-
-@pytest.fixture
-def script(tmp_path: Path) -> Script:
-    s = Script(tmp_path / "workspace", f"CANARY{uuid.uuid4().hex[:12]}")
-    s.prepare()
-    return s
-
-
-@pytest.fixture
-def model(script: Script) -> Iterator[ModelServer]:
-    with ModelServer(script) as m:
-        yield m
-
-
-@pytest.fixture
-def sink() -> Iterator[Sink]:
-    with Sink() as s:
-        yield s
 
 
 def _tool_call_ids(run: Run, turn: int) -> list[str]:

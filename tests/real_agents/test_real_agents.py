@@ -9,8 +9,6 @@ traced agent's) are exported over OTLP/HTTP to a loopback receiver (``sink.py``)
 from __future__ import annotations
 
 import json
-import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,25 +63,6 @@ EXPECT = {
         client_calls=(("fs/read_text_file", 0), ("fs/write_text_file", 1)),
     ),
 }
-
-
-@pytest.fixture
-def script(tmp_path: Path) -> Script:
-    s = Script(tmp_path / "workspace", f"CANARY{uuid.uuid4().hex[:12]}")
-    s.prepare()
-    return s
-
-
-@pytest.fixture
-def model(script: Script) -> Iterator[ModelServer]:
-    with ModelServer(script) as m:
-        yield m
-
-
-@pytest.fixture
-def sink() -> Iterator[Sink]:
-    with Sink() as s:
-        yield s
 
 
 def make_agent(name: str, tmp_path: Path, model: ModelServer, tag: str, **kwargs: Any) -> agents.Agent:
