@@ -410,10 +410,20 @@ def no_console(env: dict[str, str]) -> None:
             env[name] = without_console(env[name])
 
 
-def proxy_agent_environment(environ: Mapping[str, str], command: Sequence[str]) -> dict[str, str]:
+def proxy_agent_environment(
+    environ: Mapping[str, str],
+    command: Sequence[str],
+    *,
+    telemetry_endpoint: str | None = None,
+    capture_content: bool = False,
+) -> dict[str, str]:
     """The environment ``acp-otel proxy`` gives its agent: its own, with console exporters removed, the
     agent's service name derived from its command when the environment names none, and opentelemetry's
-    ``sitecustomize`` left on ``PYTHONPATH`` only when it belongs to the agent's interpreter."""
+    ``sitecustomize`` left on ``PYTHONPATH`` only when it belongs to the agent's interpreter.
+
+    ``telemetry_endpoint`` (``http://127.0.0.1:<port>``, the proxy's receiver) points the agent's own
+    telemetry there; ``capture_content`` is the proxy's content-capture setting."""
+    del telemetry_endpoint, capture_content  # not used yet
     env = dict(environ)
     no_console(env)
     if command and not env.get(ENV_SERVICE_NAME) and not has_service_name(env.get(ENV_RESOURCE_ATTRIBUTES)):
