@@ -390,9 +390,13 @@ async def test_kimi_traced_in_process(tmp_path: Path, model: ModelServer, sink: 
     if launcher is None:
         pytest.skip("opentelemetry-instrument is not installed beside this Python")
     agent = make_agent("kimi", tmp_path, model, "in-process")
-    agent.command[:0] = [launcher]
+    # The proxy keeps its exporter settings to itself: the agent's own are given in its command.
+    agent.command[:0] = [
+        "env",
+        *(f"{k}={v}" for k, v in sink.env().items() if k.startswith("OTEL_EXPORTER_")),
+        launcher,
+    ]
     env = proxy_env(agent, sink, "OTEL_PYTHON_ACP_TOOL_NAMES_FROM_TITLES=true")
-    # The proxy and the agent share the environment; the agent names itself.
     env["OTEL_SERVICE_NAME"] = "kimi"  # the agent's (the proxy is named by --service-name)
     run = await run_turn(
         agent.command, env, script.workspace, prompt_text(script), proxy_args=PROXY_ARGS, grace=agent.grace
