@@ -17,8 +17,6 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ._child_env import service_name_for_command
-
 # Where a tool call's name is when ACP's own ``name`` is absent: the first title taken whole when it is a plain
 # identifier (``read``), or the identifier it starts with, alone or before a ``:`` (``ReadFile: notes.txt``).
 TITLE_WHOLE = "whole"
@@ -38,6 +36,39 @@ USAGE_MODES = (USAGE_TURN, USAGE_RUNNING_TOTAL, USAGE_LAST_CALL)  # what a setti
 # Known ``_meta`` places of a tool call's programmatic name (paths into a tool call update's ``_meta``).
 META_CLAUDE_CODE_TOOL_NAME = ("claudeCode", "toolName")
 META_TOOL_NAME = ("toolName",)
+
+
+# The value of a telemetry switch that stands for the proxy's receiver (``http://127.0.0.1:<port>``).
+ENDPOINT = "{endpoint}"
+QWEN_TRACE_KEYS = ("qwen.telemetry.traceparent", "qwen.telemetry.tracestate")
+
+
+@dataclass(frozen=True)
+class AgentTelemetry:
+    """An agent's own OpenTelemetry: how ``acp-otel proxy --agent-telemetry`` switches it on, and what its spans
+    say (docs/agent-telemetry.md has the table). Names are from each agent's source at the profile's version."""
+
+    # Variables that switch its export on, to the proxy's receiver (:data:`ENDPOINT` in a value stands for it);
+    # set beside the standard ``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``_PROTOCOL`` / ``OTEL_SERVICE_NAME``.
+    switches: tuple[tuple[str, str], ...] = ()
+    # Its content switches: (variable, value when the proxy captures content, value when it does not).
+    content_switches: tuple[tuple[str, str, str], ...] = ()
+    # Span attribute keys that hold the ACP session id / the ACP tool call id in its own spans, tried in order.
+    session_id_keys: tuple[str, ...] = ()
+    tool_call_id_keys: tuple[str, ...] = ()
+    # Whether its own spans report its tool calls (a span per call carrying a tool call id key) / token usage
+    # (``gen_ai.usage.*`` on its model-call spans).
+    reports_tool_calls: bool = False
+    reports_usage: bool = False
+    # ``_meta`` keys of ``session/prompt`` it takes a trace parent from (it continues the caller's trace itself).
+    parent_meta_keys: tuple[str, ...] = ()
+    seen: bool = False  # run here against a sink (True), or read in its source only
+    # For the docs' table (for people): what it emits, what content it can carry.
+    emits: str = ""
+    content: str = ""
+
+
+NO_TELEMETRY = AgentTelemetry()
 
 
 @dataclass(frozen=True)
@@ -62,6 +93,7 @@ class AgentProfile:
     # What it sends, for the docs' table (for people).
     sends_tool_name: str = ""
     sends_usage: str = ""
+    own_telemetry: AgentTelemetry = NO_TELEMETRY  # its own OpenTelemetry (``--agent-telemetry``)
 
 
 UNKNOWN = AgentProfile(
@@ -82,6 +114,25 @@ PROFILES: tuple[AgentProfile, ...] = (
         telemetry="`CLAUDE_CODE_ENABLE_TELEMETRY=1` and `OTEL_*`; reads `TRACEPARENT` from its environment in SDK mode",
         sends_tool_name="`_meta.claudeCode.toolName` on a later update (`Read`, `Write`, `Bash`)",
         sends_usage="`PromptResponse.usage`, per turn",
+        own_telemetry=AgentTelemetry(
+            switches=(
+                ("CLAUDE_CODE_ENABLE_TELEMETRY", "1"),
+                ("CLAUDE_CODE_ENHANCED_TELEMETRY_BETA", "1"),  # its spans (metrics and log events without it)
+                ("OTEL_TRACES_EXPORTER", "otlp"),
+                ("OTEL_METRICS_EXPORTER", "otlp"),
+                ("OTEL_LOGS_EXPORTER", "otlp"),
+            ),
+            content_switches=(
+                ("OTEL_LOG_USER_PROMPTS", "1", "0"),
+                ("OTEL_LOG_TOOL_DETAILS", "1", "0"),
+                ("OTEL_LOG_TOOL_CONTENT", "1", "0"),
+            ),
+            session_id_keys=("session.id",),
+            emits="metrics and log events; spans (`claude_code.interaction`, `claude_code.llm_request`, "
+            "`claude_code.tool`) with its enhanced-telemetry switch",
+            content="prompts (`user_prompt`, else `<REDACTED>`), tool parameters and contents: each behind its "
+            "own switch, off by default",
+        ),
     ),
     AgentProfile(
         key="codex",
@@ -108,10 +159,33 @@ PROFILES: tuple[AgentProfile, ...] = (
         aliases=("qwen-code", "qwen"),
         verified="npm `@qwen-code/qwen-code` 0.24.4",
         tool_name_meta=(META_TOOL_NAME,),
-        trace_keys=("qwen.telemetry.traceparent", "qwen.telemetry.tracestate"),
+        trace_keys=QWEN_TRACE_KEYS,
         telemetry="settings `telemetry.enabled`, `target: local`, `otlpEndpoint` (or `QWEN_TELEMETRY_*`)",
         sends_tool_name="`_meta.toolName` (`read_file`, `run_shell_command`)",
         sends_usage="none in the result (per model call in chunks' `_meta.usage`)",
+        own_telemetry=AgentTelemetry(
+            switches=(
+                ("QWEN_TELEMETRY_ENABLED", "true"),
+                ("QWEN_TELEMETRY_TARGET", "local"),
+                ("QWEN_TELEMETRY_OTLP_ENDPOINT", ENDPOINT),
+                ("QWEN_TELEMETRY_OTLP_PROTOCOL", "http"),
+            ),
+            content_switches=(
+                ("QWEN_TELEMETRY_LOG_PROMPTS", "true", "false"),
+                ("QWEN_TELEMETRY_INCLUDE_SENSITIVE_SPAN_ATTRIBUTES", "true", "false"),
+            ),
+            session_id_keys=("session.id", "gen_ai.conversation.id"),
+            tool_call_id_keys=("gen_ai.tool.call.id", "tool.call_id", "call_id"),
+            reports_tool_calls=True,
+            reports_usage=True,
+            parent_meta_keys=QWEN_TRACE_KEYS,
+            seen=True,
+            emits="spans `qwen-code.interaction` (`invoke_agent`), `qwen-code.llm_request` (`chat`, tokens), "
+            "`qwen-code.tool` (`execute_tool`), `qwen-code.tool.execution`, HTTP client spans; log events; metrics",
+            content="tool arguments (`function_args` of `qwen-code.tool_call`) and sub-agent answers (`result` of "
+            "`qwen-code.subagent_execution`) whatever its switches say; prompts and responses with "
+            "`QWEN_TELEMETRY_LOG_PROMPTS`",
+        ),
     ),
     AgentProfile(
         key="gemini-cli",
@@ -124,6 +198,23 @@ PROFILES: tuple[AgentProfile, ...] = (
         "`GEMINI_TELEMETRY_LOG_PROMPTS=false`)",
         sends_tool_name="none (kind only)",
         sends_usage="`_meta.quota.token_count` of the result (`input_tokens`, `output_tokens`)",
+        own_telemetry=AgentTelemetry(
+            switches=(
+                ("GEMINI_TELEMETRY_ENABLED", "true"),
+                ("GEMINI_TELEMETRY_TARGET", "local"),
+                ("GEMINI_TELEMETRY_OTLP_ENDPOINT", ENDPOINT),
+                ("GEMINI_TELEMETRY_OTLP_PROTOCOL", "http"),
+                ("GEMINI_TELEMETRY_TRACES_ENABLED", "true"),  # the model-call spans' attributes (tokens)
+            ),
+            content_switches=(("GEMINI_TELEMETRY_LOG_PROMPTS", "true", "false"),),  # its default is true
+            session_id_keys=("gen_ai.conversation.id", "session.id"),
+            reports_usage=True,
+            seen=True,
+            emits="spans `llm_call` (tokens); log events (`gemini_cli.*`, "
+            "`gen_ai.client.inference.operation.details`); metrics",
+            content="its system instructions on every model-call span and detail event; prompts, responses and "
+            "tool arguments unless `GEMINI_TELEMETRY_LOG_PROMPTS=false`",
+        ),
     ),
     AgentProfile(
         key="opencode",
@@ -135,6 +226,15 @@ PROFILES: tuple[AgentProfile, ...] = (
         telemetry="exports to `OTEL_EXPORTER_OTLP_ENDPOINT` when set",
         sends_tool_name="the first title, the bare tool name (`read`, `write`, `bash`)",
         sends_usage="`PromptResponse.usage` of the turn's last model call only",
+        own_telemetry=AgentTelemetry(
+            session_id_keys=("session.id",),
+            tool_call_id_keys=("tool.call_id",),
+            reports_tool_calls=True,
+            seen=True,
+            emits="about a thousand spans a turn (`Tool.execute` per tool call, `LLM.run` per model call without "
+            "tokens, SQL, HTTP, plugins), one trace per process whose root it never exports; INFO log lines",
+            content="file paths and shell commands in its INFO log lines",
+        ),
     ),
     AgentProfile(
         key="copilot-cli",
@@ -155,6 +255,16 @@ PROFILES: tuple[AgentProfile, ...] = (
         telemetry="`OTEL_TELEMETRY_ENABLED=1` and `OTEL_*`",
         sends_tool_name="the identifier before the `:` of the first title",
         sends_usage="`PromptResponse.usage`, taken as the turn's",
+        own_telemetry=AgentTelemetry(
+            switches=(
+                ("OTEL_TELEMETRY_ENABLED", "1"),
+                ("OTEL_TRACES_EXPORTER", "otlp"),
+                ("OTEL_METRICS_EXPORTER", "otlp"),
+                ("OTEL_LOGS_EXPORTER", "otlp"),
+                ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"),  # its default
+            ),
+            emits="metrics and log events; traces when `OTEL_TRACES_EXPORTER` names an exporter",
+        ),
     ),
     AgentProfile(
         key="fast-agent",
@@ -165,6 +275,11 @@ PROFILES: tuple[AgentProfile, ...] = (
         telemetry="`otel: {enabled, otlp_endpoint}` in its config; in-process with `opentelemetry-instrument`",
         sends_tool_name="the first title, the bare tool name",
         sends_usage="a status text in its own `_meta` (free text: not read)",
+        own_telemetry=AgentTelemetry(
+            # Its settings from the environment: SECTION__FIELD; the endpoint is the traces URL itself.
+            switches=(("OTEL__ENABLED", "true"), ("OTEL__OTLP_ENDPOINT", ENDPOINT + "/v1/traces")),
+            emits="traces of its agents and model calls",
+        ),
     ),
     AgentProfile(
         key="agentao",
@@ -211,11 +326,11 @@ def identify(agent_name: Any) -> AgentProfile | None:
     return _BY_ALIAS.get(_normalized(agent_name[:256]))
 
 
-def command_name(command: Any) -> str | None:
-    """The name an agent command goes by (``npx -y @scope/pkg`` -> ``pkg``), as ``service.name`` derives it."""
-    if not command or not all(type(part) is str for part in command):
-        return None
-    return service_name_for_command(command[0], command[1:])
+def telemetry_of(profile: AgentProfile | str | None) -> AgentTelemetry:
+    """What an agent's own OpenTelemetry is (a profile, or a profile's key): :data:`NO_TELEMETRY` when unknown."""
+    if isinstance(profile, str):
+        profile = BY_KEY.get(profile)
+    return profile.own_telemetry if profile is not None else NO_TELEMETRY
 
 
 def resolve(

@@ -22,6 +22,7 @@ import os
 import re
 import shlex
 from collections.abc import Mapping, Sequence
+from typing import Any
 from urllib.parse import unquote
 
 ENV_SERVICE_NAME = "OTEL_SERVICE_NAME"
@@ -125,6 +126,13 @@ def _derive(command: str, args: list[str], depth: int) -> str:
     if lower in _GENERIC_NAMES:
         return _package_of_script(command) or name or base
     return name or base
+
+
+def command_name(command: Any) -> str | None:
+    """The name an agent command goes by (``npx -y @scope/pkg`` -> ``pkg``), as ``service.name`` derives it."""
+    if not command or not all(type(part) is str for part in command):
+        return None
+    return service_name_for_command(command[0], command[1:])
 
 
 def proxy_service_name(agent_command: Sequence[str]) -> str:
@@ -410,6 +418,21 @@ def no_console(env: dict[str, str]) -> None:
             env[name] = without_console(env[name])
 
 
+# The proxy's own exporter configuration: endpoints, headers (the backend's credentials), certificates and client
+# keys, protocol, compression, timeouts. Never the agent's: an endpoint alone switches some agents' own export on
+# (OpenCode's), straight to the backend.
+PROXY_ONLY_PREFIXES = ("OTEL_EXPORTER_", "OTEL_PYTHON_EXPORTER_")
+ENV_OTLP_ENDPOINT = "OTEL_EXPORTER_OTLP_ENDPOINT"
+ENV_OTLP_PROTOCOL = "OTEL_EXPORTER_OTLP_PROTOCOL"
+# Python's GenAI instrumentations read this; content stays off at the agent unless the proxy captures content.
+ENV_GENAI_CONTENT = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+
+
+def is_proxy_only(name: str) -> bool:
+    """Whether an environment variable is part of the proxy's exporter configuration (never given to its agent)."""
+    return name.upper().startswith(PROXY_ONLY_PREFIXES)
+
+
 def proxy_agent_environment(
     environ: Mapping[str, str],
     command: Sequence[str],
@@ -417,14 +440,20 @@ def proxy_agent_environment(
     telemetry_endpoint: str | None = None,
     capture_content: bool = False,
 ) -> dict[str, str]:
-    """The environment ``acp-otel proxy`` gives its agent: its own, with console exporters removed, the
-    agent's service name derived from its command when the environment names none, and opentelemetry's
-    ``sitecustomize`` left on ``PYTHONPATH`` only when it belongs to the agent's interpreter.
+    """The environment ``acp-otel proxy`` gives its agent.
 
-    ``telemetry_endpoint`` (``http://127.0.0.1:<port>``, the proxy's receiver) points the agent's own
-    telemetry there; ``capture_content`` is the proxy's content-capture setting."""
-    del telemetry_endpoint, capture_content  # not used yet
-    env = dict(environ)
+    Its own, without its exporter configuration (:func:`is_proxy_only`: endpoints, headers, certificates: the
+    backend's credentials stay in the proxy), with console exporters removed, the agent's service name derived
+    from its command when the environment names none, and opentelemetry's ``sitecustomize`` left on
+    ``PYTHONPATH`` only when it belongs to the agent's interpreter.
+
+    ``telemetry_endpoint`` (``http://127.0.0.1:<port>``, the proxy's receiver) points the agent's own telemetry
+    there: the standard OTLP endpoint and protocol, plus the switches of the agent its command names
+    (:attr:`acp_otel._agent_profiles.AgentProfile.own_telemetry`), replacing what the proxy's environment holds;
+    its content switches follow ``capture_content`` (the proxy's content-capture setting). What the command sets
+    itself (``env VAR=VALUE agent ...``) is applied by the command after all this, so it wins.
+    """
+    env = {k: v for k, v in environ.items() if not is_proxy_only(k)}
     no_console(env)
     if command and not env.get(ENV_SERVICE_NAME) and not has_service_name(env.get(ENV_RESOURCE_ATTRIBUTES)):
         env[ENV_SERVICE_NAME] = service_name_for_command(command[0], command[1:])
@@ -438,7 +467,31 @@ def proxy_agent_environment(
                 env[ENV_PYTHONPATH] = os.pathsep.join(kept)
             else:
                 del env[ENV_PYTHONPATH]
+    if telemetry_endpoint is not None:
+        env.update(agent_telemetry_variables(command, telemetry_endpoint, capture_content))
     return env
+
+
+def agent_telemetry_variables(command: Sequence[str], endpoint: str, capture_content: bool) -> dict[str, str]:
+    """The variables that point an agent's own telemetry at ``endpoint``: the standard ones for any agent, and
+    those of the agent ``command`` names (its profile), content switched as ``capture_content`` says."""
+    # Here, not at the top: only with the option on, and _agent_profiles is data about agents, not environments.
+    from ._agent_profiles import ENDPOINT, identify, telemetry_of
+
+    variables = {ENV_OTLP_ENDPOINT: endpoint, ENV_OTLP_PROTOCOL: "http/protobuf"}
+    if not capture_content:
+        variables[ENV_GENAI_CONTENT] = "false"
+    profile = identify(command_name(command))
+    if profile is None and len(command) > 1 and _NODE_RE.match(_basename(command[0])):
+        # `node .../qwen-code/cli-entry.js`: the package the script belongs to names the agent.
+        script = next((a for a in command[1:] if not a.startswith("-")), None)
+        profile = identify(_package_of_script(script)) if script else None
+    telemetry = telemetry_of(profile)
+    for name, value in telemetry.switches:
+        variables[name] = value.replace(ENDPOINT, endpoint)
+    for name, on, off in telemetry.content_switches:
+        variables[name] = on if capture_content else off
+    return variables
 
 
 def _site_dir_belongs(site_dir: str, command: Sequence[str], env: Mapping[str, str]) -> bool:

@@ -20,7 +20,8 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from . import _semconv as sc
-from ._agent_profiles import AgentProfile, command_name, resolve
+from ._agent_profiles import AgentProfile, resolve
+from ._child_env import command_name
 from ._connection import PeerState, initialize_params, initialize_result, negotiated_version
 from ._content import truncate
 from ._methods import MethodInfo

@@ -127,7 +127,7 @@ async def test_untraced_python_agent_full_turn(sink: OtlpSink) -> None:
 async def test_traced_agent_one_trace_editor_proxy_agent(sink: OtlpSink, instrument: Any, exporter: Any) -> None:
     """Traced editor -> proxy -> agent traced with acp-otel: one trace, each hop the child of the previous one."""
     env = base_env(**sink.env(), ACP_OTEL_TEST_SPANS="otlp")
-    async with proxied_client([*PY_AGENT, "trace"], env, ["--service-name", "proxy"]) as run:
+    async with proxied_client(sink.for_agent(*PY_AGENT, "trace"), env, ["--service-name", "proxy"]) as run:
         session_id = await open_session(run.conn)
         result = await prompt(run.conn, session_id, "hello")
     assert result.stop_reason == "end_turn"
@@ -159,7 +159,7 @@ async def test_traced_agent_one_trace_editor_proxy_agent(sink: OtlpSink, instrum
 async def test_untraced_editor_and_agent_context_still_joins(sink: OtlpSink) -> None:
     """Untraced editor, traced agent: the agent's SERVER spans hang off the proxy's CLIENT spans."""
     env = base_env(**sink.env(), ACP_OTEL_TEST_SPANS="otlp")
-    async with proxied_client([*PY_AGENT, "trace"], env, ["--service-name", "proxy"]) as run:
+    async with proxied_client(sink.for_agent(*PY_AGENT, "trace"), env, ["--service-name", "proxy"]) as run:
         await open_session(run.conn)
     spans = sink.wait_for(has("session/new", "SERVER", "test-agent"))
     proxy_new = the(spans, "session/new", "CLIENT", "proxy")

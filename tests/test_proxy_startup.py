@@ -68,7 +68,15 @@ def _initialize_and_new_session(tmp_path: Path, gated: bool) -> tuple[dict[str, 
     with OtlpSink() as sink:
         extra = {"ACP_OTEL_TEST_SDK_GATE": str(gate)} if gated else {}
         env = _hooked_env(**sink.env(), ACP_OTEL_TEST_SPANS="otlp", **extra)
-        command = [*PROXY, "--flush-timeout", "30", "--service-name", "proxy", "--", *PY_AGENT, "trace"]
+        command = [
+            *PROXY,
+            "--flush-timeout",
+            "30",
+            "--service-name",
+            "proxy",
+            "--",
+            *sink.for_agent(*PY_AGENT, "trace"),
+        ]
         proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
         assert proc.stdin is not None
         opened = 0

@@ -112,7 +112,7 @@ async def test_traced_agent_its_tool_spans_and_the_proxy_follows_its_context(sin
     """The agent (traced with acp-otel) makes the tool spans and links its requests; the proxy makes none and
     its span for each request is the child of the agent's."""
     env = base_env(**sink.env(), ACP_OTEL_TEST_SPANS="otlp")
-    async with proxied_client([*PY_AGENT, "tools"], env, ["--service-name", "proxy"]) as run:
+    async with proxied_client(sink.for_agent(*PY_AGENT, "tools"), env, ["--service-name", "proxy"]) as run:
         session_id = await open_session(run.conn)
         await prompt(run.conn, session_id, "kimi")
     spans = sink.wait_for(lambda s: _has_tools("test-agent", 2)(s) and len(_requests(_of(s, "proxy"))) >= 5)

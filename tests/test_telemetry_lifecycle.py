@@ -153,6 +153,103 @@ def test_proxy_to_agent_environment(tmp_path: Path) -> None:
     )
 
 
+# The proxy's exporter configuration as a user gives it for a backend: none of it may reach the agent.
+BACKEND = {
+    "OTEL_EXPORTER_OTLP_ENDPOINT": "https://backend.example:4318",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "https://backend.example/v1/traces",
+    "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT": "https://backend.example/v1/logs",
+    "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": "https://backend.example/v1/metrics",
+    "OTEL_EXPORTER_OTLP_HEADERS": "authorization=Bearer%20SECRET",
+    "OTEL_EXPORTER_OTLP_TRACES_HEADERS": "x-key=SECRET",
+    "OTEL_EXPORTER_OTLP_METRICS_HEADERS": "x-key=SECRET",
+    "OTEL_EXPORTER_OTLP_LOGS_HEADERS": "x-key=SECRET",
+    "OTEL_EXPORTER_OTLP_CERTIFICATE": "/backend-certs/ca.pem",
+    "OTEL_EXPORTER_OTLP_CLIENT_KEY": "/backend-certs/client.key",
+    "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE": "/backend-certs/client.pem",
+    "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+    "OTEL_EXPORTER_OTLP_COMPRESSION": "gzip",
+    "OTEL_PYTHON_EXPORTER_OTLP_HTTP_CREDENTIAL_PROVIDER": "my_provider",
+}
+GEMINI = ["node", "/opt/node_modules/@google/gemini-cli/bundle/gemini.js", "--acp"]
+
+
+@pytest.mark.parametrize("receiver", [None, "http://127.0.0.1:4999"], ids=["option-off", "option-on"])
+def test_the_backends_settings_never_reach_the_agent(receiver: str | None) -> None:
+    """The proxy's endpoints, headers, certificates, client keys and protocol stay with the proxy, whatever the
+    option says; the rest of the OpenTelemetry configuration (sampler, resource attributes, batching) crosses."""
+    environ = {**BACKEND, "OTEL_TRACES_SAMPLER": "always_on", "OTEL_RESOURCE_ATTRIBUTES": "team=x", "HOME": "/h"}
+    env = ce.proxy_agent_environment(environ, ["/usr/bin/opencode", "acp"], telemetry_endpoint=receiver)
+    assert not [v for v in env.values() if "SECRET" in v or "backend.example" in v or v.startswith("/backend-certs/")]
+    assert env["OTEL_TRACES_SAMPLER"] == "always_on" and env["OTEL_RESOURCE_ATTRIBUTES"] == "team=x"
+    assert env["HOME"] == "/h"
+    if receiver is None:  # nothing switches an agent's export on (OpenCode's switch is the endpoint alone)
+        assert not [k for k in env if k.startswith("OTEL_EXPORTER_")]
+    else:
+        assert {k: v for k, v in env.items() if k.startswith("OTEL_EXPORTER_")} == {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": receiver,
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+        }
+
+
+def test_the_agent_telemetry_switches_of_a_known_agent() -> None:
+    """With a receiver: the agent's own switches (found from its command), pointed at the receiver, replacing the
+    proxy environment's values; content switched off unless the proxy captures content."""
+    receiver = "http://127.0.0.1:4999"
+    environ = {"GEMINI_TELEMETRY_OTLP_ENDPOINT": "https://backend.example", "GEMINI_TELEMETRY_LOG_PROMPTS": "true"}
+    env = ce.proxy_agent_environment(environ, GEMINI, telemetry_endpoint=receiver)
+    assert {k: v for k, v in env.items() if k.startswith("GEMINI_")} == {
+        "GEMINI_TELEMETRY_ENABLED": "true",
+        "GEMINI_TELEMETRY_TARGET": "local",
+        "GEMINI_TELEMETRY_OTLP_ENDPOINT": receiver,
+        "GEMINI_TELEMETRY_OTLP_PROTOCOL": "http",
+        "GEMINI_TELEMETRY_TRACES_ENABLED": "true",
+        "GEMINI_TELEMETRY_LOG_PROMPTS": "false",  # its own default is to log prompts
+    }
+    assert env["OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"] == "false"
+    env = ce.proxy_agent_environment({}, GEMINI, telemetry_endpoint=receiver, capture_content=True)
+    assert env["GEMINI_TELEMETRY_LOG_PROMPTS"] == "true"
+    assert "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT" not in env  # left to the agent's own default
+    # Known from the package its script belongs to (a path into node_modules), or from a launcher.
+    qwen = ["node", "/opt/node_modules/@qwen-code/qwen-code/cli-entry.js", "--acp"]
+    assert ce.agent_telemetry_variables(qwen, receiver, False)["QWEN_TELEMETRY_OTLP_ENDPOINT"] == receiver
+    assert ce.agent_telemetry_variables(["npx", "-y", "@qwen-code/qwen-code", "--acp"], receiver, False)[
+        "QWEN_TELEMETRY_INCLUDE_SENSITIVE_SPAN_ATTRIBUTES"
+    ] == ("false")
+    claude = ce.agent_telemetry_variables(["npx", "@zed-industries/claude-agent-acp"], receiver, False)
+    assert claude["CLAUDE_CODE_ENABLE_TELEMETRY"] == "1" and claude["OTEL_LOG_USER_PROMPTS"] == "0"
+    # Without a receiver, nothing of the kind.
+    assert not [k for k in ce.proxy_agent_environment({}, GEMINI) if k.startswith(("GEMINI_", "OTEL_EXPORTER_"))]
+
+
+def test_an_unknown_agent_gets_the_standard_variables_only() -> None:
+    env = ce.agent_telemetry_variables(["/usr/local/bin/my-agent", "--acp"], "http://127.0.0.1:1", False)
+    assert env == {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1",
+        "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+        "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "false",
+    }
+
+
+@pytest.mark.parametrize("receiver", [False, True], ids=["option-off", "option-on"])
+def test_what_the_agent_process_gets_and_what_its_command_sets(tmp_path: Path, receiver: bool) -> None:
+    """A real proxy and agent process: the agent's environment (read back from the process) holds none of the
+    backend's settings; what the agent's command line sets for it (``env VAR=VALUE agent``) wins over the
+    proxy's own choices, the receiver's endpoint included."""
+    out = tmp_path / "environ.json"
+    dump = f"import json, os; open({str(out)!r}, 'w').write(json.dumps(dict(os.environ)))"
+    agent = ["env", "OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:7777", "MINE=1", sys.executable, "-c", dump]
+    env = base_env(**BACKEND, OTEL_TRACES_EXPORTER="none", OTEL_METRICS_EXPORTER="none")
+    if receiver:  # the option as the proxy reads it: nothing to check here if this proxy has no such option
+        env["OTEL_PYTHON_ACP_AGENT_TELEMETRY"] = "on"
+    done = subprocess.run([*PROXY, "--", *agent], input=b"", capture_output=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(out.read_text())
+    assert not [
+        k for k, v in seen.items() if "SECRET" in v or "backend.example" in v or v.startswith("/backend-certs/")
+    ]
+    assert seen["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://127.0.0.1:7777" and seen["MINE"] == "1"
+
+
 # ------------------------------------------------------------------ console exporters and stdout
 
 
@@ -392,12 +489,14 @@ def test_all_exported_and_nothing_rejected_says_nothing() -> None:
 def test_each_hop_has_its_own_service_name() -> None:
     """A zero-code editor spawns ``acp-otel proxy -- opentelemetry-instrument python agent.py``: three
     services, named after what each runs; with ``--service-name`` only the proxy's changes."""
-    agent = [INSTRUMENT, sys.executable, EXAMPLE_AGENT]
     with OtlpSink() as sink:
+        # The agent exports itself: the proxy keeps its exporter settings to itself, so the command gives them.
+        agent = sink.for_agent(INSTRUMENT, sys.executable, EXAMPLE_AGENT)
         _run_editor([*PROXY, "--flush-timeout", "10", "--", *agent], traced=True, editor_env=sink.env())
         spans = sink.wait_for(lambda s: {"editor", "agent-proxy", "agent"} <= {x.service for x in s})
         assert {s.service for s in spans} == {"editor", "agent-proxy", "agent"}
     with OtlpSink() as sink:
+        agent = sink.for_agent(INSTRUMENT, sys.executable, EXAMPLE_AGENT)
         proxy = [*PROXY, "--flush-timeout", "10", "--service-name", "my-proxy", "--", *agent]
         _run_editor(proxy, traced=True, editor_env=sink.env())
         spans = sink.wait_for(lambda s: {"editor", "my-proxy", "agent"} <= {x.service for x in s})

@@ -141,6 +141,12 @@ class OtlpSink:
             "OTEL_BSP_SCHEDULE_DELAY": "100",
         }
 
+    def for_agent(self, *command: str) -> list[str]:
+        """``command`` behind ``acp-otel proxy`` exporting here itself: the proxy keeps its exporter settings to
+        itself, so the agent is given its endpoint in its own command line (``env VAR=VALUE CMD``)."""
+        endpoint, protocol = (f"{k}={v}" for k, v in self.env().items() if k.startswith("OTEL_EXPORTER_OTLP_"))
+        return ["env", endpoint, protocol, *command]
+
     def wait_for(self, done: Any, timeout: float = 15.0) -> list[Span]:
         """Wait until ``done(spans)`` is true; the spans (fails with what arrived on timeout)."""
         deadline = time.monotonic() + timeout
