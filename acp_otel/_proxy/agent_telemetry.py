@@ -101,17 +101,25 @@ class AgentTelemetry:
 
     def _profile_keys(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """The span attributes the agent's profile says carry the session id and tool call id (if it says)."""
-        try:
-            from .._agent_profiles import command_name, resolve
+        telemetry = self.profile_telemetry()
+        return tuple(getattr(telemetry, "session_id_keys", ())), tuple(getattr(telemetry, "tool_call_id_keys", ()))
 
-            profile = resolve(None, command_name(self._command))
-            self._profile_name = getattr(profile, "key", None)
-            telemetry = getattr(profile, "agent_telemetry", None)
-            session = getattr(telemetry, "session_keys", ()) or ()
-            tools = getattr(telemetry, "tool_call_keys", ()) or ()
-            return tuple(session), tuple(tools)
+    def profile_telemetry(self) -> Any:
+        """What the profile the agent's command names says of its own telemetry (``None``: nothing known)."""
+        try:
+            from .._agent_profiles import identify, telemetry_of
+            from .._child_env import command_name
+
+            profile = identify(command_name(self._command))
+            self._profile_name = profile.key if profile is not None else None
+            return telemetry_of(profile)
         except Exception:
-            return (), ()
+            return None
+
+    def extra_trace_keys(self) -> tuple[str, ...]:
+        """The ``_meta`` keys the agent takes a trace parent from (its profile's), written without being asked:
+        its spans then start in the turn's trace by themselves (unknown ``_meta`` keys are ignored by others)."""
+        return tuple(getattr(self.profile_telemetry(), "parent_meta_keys", ()))
 
     # ------------------------------------------------------------------ the engine's side
 
@@ -137,8 +145,12 @@ class AgentTelemetry:
             joiner.turn_ended(turn, at)
 
     def attach(self, on_facts: Callable[[bool, bool], None]) -> None:
-        """``on_facts(tools, usage)``: tell the engine the agent reports its tool calls / usage itself."""
+        """``on_facts(tools, usage)``: tell the engine the agent reports its tool calls / usage itself. Told at
+        once when the agent's profile says so (an agent seen doing it here); otherwise once its spans show it."""
         self._on_facts = on_facts
+        telemetry = self.profile_telemetry()
+        if telemetry is not None and telemetry.seen and (telemetry.reports_tool_calls or telemetry.reports_usage):
+            on_facts(bool(telemetry.reports_tool_calls), bool(telemetry.reports_usage))
 
     def _facts(self, tools: bool, usage: bool) -> None:
         if self._on_facts is not None:

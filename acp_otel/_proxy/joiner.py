@@ -102,6 +102,7 @@ class Joiner:
         token usage (``gen_ai.usage.*``)."""
         self._lock = threading.Lock()
         self._turns: list[TurnWindow] = []
+        self._turn_traces: set[bytes] = set()
         self._by_turn: dict[int, TurnWindow] = {}
         self._fate: OrderedDict[_Key, bytes] = OrderedDict()
         self._held: OrderedDict[_Key, _Held] = OrderedDict()
@@ -128,10 +129,12 @@ class Joiner:
         window = TurnWindow(trace_id, span_id, turn.session_id, time.time_ns() if at_ns is None else at_ns)
         with self._lock:
             self._turns.append(window)
+            self._turn_traces.add(trace_id)
             self._by_turn[id(turn)] = window
             if len(self._turns) > MAX_TURNS:
                 closed = next((w for w in self._turns if w.end_ns is not None), self._turns[0])
                 self._turns.remove(closed)
+                self._turn_traces.discard(closed.trace_id)
                 for key, value in list(self._by_turn.items()):
                     if value is closed:
                         del self._by_turn[key]
@@ -225,6 +228,9 @@ class Joiner:
     def _decide(self, span: Span) -> bool:
         """Decide ``span``'s fate and apply it; ``False``: it must wait for its parent."""
         key = (span.trace_id, span.span_id)
+        if span.trace_id in self._turn_traces:  # it took its parent from the turn's _meta itself: as it is
+            self._remember(key, span.trace_id)
+            return True
         parent: bytes | None = None
         if span.parent_span_id:
             parent_key = (span.trace_id, span.parent_span_id)

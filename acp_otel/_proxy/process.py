@@ -297,15 +297,17 @@ class _Tracing:
 
     def _engine(self, tracer: Any, settings: Any, instruments: Any) -> Any:
         """A message tracer on the engine; ``tracer`` ``None``: no spans and nothing injected (metrics only)."""
+        import dataclasses
+
         from opentelemetry import trace
 
         from .._engine import Engine
         from .tracing import MessageTracer
 
         if tracer is None:
-            import dataclasses
-
             tracer, settings = trace.NoOpTracer(), dataclasses.replace(settings, inject=False)
+        elif self.agent is not None and not settings.extra_trace_keys:  # the agent's own keys, unasked
+            settings = dataclasses.replace(settings, extra_trace_keys=self.agent.extra_trace_keys())
         engine = Engine(tracer, settings, instruments)
         message_tracer = MessageTracer(engine)
         engine.note_agent_command(message_tracer.peer, self.options.command)  # the profile, until initialize names it
