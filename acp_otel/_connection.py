@@ -23,6 +23,8 @@ class PeerState:
 
     __slots__ = (
         "__weakref__",
+        "agent_reports_tools",
+        "agent_reports_usage",
         "agent_traced",
         "attributes",
         "base_attributes",
@@ -44,6 +46,10 @@ class PeerState:
         self.protocol_version: int | None = None  # negotiated in initialize (2: ACP v2 turns)
         # A session/update of the agent's arrived with trace context: the agent reports usage (see Turn).
         self.agent_traced = False
+        # The agent's own telemetry (the proxy's receiver) reports its tool calls / its token usage: from the
+        # next turn on, this side does not report them again (Engine.note_agent_reports).
+        self.agent_reports_tools = False
+        self.agent_reports_usage = False
         self.costs: dict[str, tuple[float, str]] = {}  # the last cumulative cost per session (usage_update)
         # The last running total of token counts per session (agents whose usage is a running total).
         self.usage_totals: dict[str, dict[str, int]] = {}

@@ -129,6 +129,23 @@ class Engine:
         except Exception:
             _log.debug("acp_otel: could not look up the agent command's profile", exc_info=True)
 
+    def observe_turns(self, observer: Any) -> None:
+        """Tell ``observer`` of every turn's start and end: ``observer.turn_started(turn)`` and
+        ``observer.turn_ended(turn)`` (:class:`~acp_otel._turn_state.Turn`; called where the turn starts and
+        ends, so they must be quick and must not call the engine). The proxy's receiver of the agent's own
+        telemetry uses it to hang the agent's spans under the turn."""
+        self._turns.observer = observer
+
+    def note_agent_reports(self, peer: Any, *, tools: bool = False, usage: bool = False) -> None:
+        """The agent's own telemetry reports its tool calls (``tools``) or its token usage (``usage``): from the
+        next turn on, tool spans and usage are not made here in the ``auto`` modes (each fact once)."""
+        state = self._connections.known(peer)
+        if state is not None:
+            if tools:
+                state.agent_reports_tools = True
+            if usage:
+                state.agent_reports_usage = True
+
     def close_peer(self, peer: Any, *, keep_requests: bool = False) -> None:
         """The connection is gone: end every turn and tool span still open for it.
 

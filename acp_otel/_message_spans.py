@@ -256,6 +256,7 @@ class MessageSpans:
             params=params,
             profile=peer.profile or self._default_profile,
             usage_totals=peer.usage_totals,
+            agent_reports=(peer.agent_reports_tools, peer.agent_reports_usage),
         )
         peer.turns[session_id] = turn
         return turn

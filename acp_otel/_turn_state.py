@@ -57,6 +57,7 @@ class Turn:
         "_context",
         "_parent",
         "agent",
+        "agent_tools",
         "chunks",
         "closed_tools",
         "context_size",
@@ -95,6 +96,8 @@ class Turn:
         self.session_id = session_id
         self.own_span = own_span  # ACP v2: a span of its own, beside the session/prompt request span
         self.agent = agent  # gen_ai.agent.name, for metrics
+        # The agent's own telemetry reports its tool calls (the proxy's receiver saw them): no tool spans here.
+        self.agent_tools = False
         self.started = time.monotonic()
         self.first_chunk: float | None = None
         self.chunks: dict[str, int] = {}

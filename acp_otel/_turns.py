@@ -61,6 +61,9 @@ class TurnLayer:
         self._usage_auto = settings.usage == "auto"
         self._tools_always = settings.tool_spans == "always"
         self._tools_auto = settings.tool_spans == "auto"
+        # Told of each turn's start and end (``turn_started(turn)`` / ``turn_ended(turn)``): the proxy's receiver
+        # of the agent's own telemetry, which hangs the agent's spans under the turn. None: nobody asked.
+        self.observer: Any = None
 
     # ------------------------------------------------------------------ turns
 
@@ -76,6 +79,7 @@ class TurnLayer:
         params: Any = None,
         profile: AgentProfile = UNKNOWN,
         usage_totals: dict[str, dict[str, int]] | None = None,
+        agent_reports: tuple[bool, bool] = (False, False),
     ) -> Turn:
         """A turn for a session/prompt: its ``request_span`` (ACP v1, started under ``parent``), or, when
         ``request_span`` is None (ACP v2, where ``session/prompt`` answers when the prompt is accepted), an
@@ -84,13 +88,15 @@ class TurnLayer:
         ``agent_traced``: the agent's messages on this connection carried trace context (so it reports its
         own usage); ``costs``: the connection's last cumulative cost per session; ``params``: the prompt's
         (its content is recorded only with ``capture_content``); ``profile``: the agent's profile;
-        ``usage_totals``: the connection's last running total of token counts per session.
+        ``usage_totals``: the connection's last running total of token counts per session; ``agent_reports``:
+        whether the agent's own telemetry reports its tool calls and its usage (then this side does not, in
+        the ``auto`` modes).
         """
         agent = facts.get(sc.GEN_AI_AGENT_NAME)
         if request_span is not None:
             turn = Turn(request_span, parent, session_id, False, agent)
             turn.profile, turn.usage_totals = profile, usage_totals
-            self._begin(turn, agent_traced, costs, params)
+            self._begin(turn, agent_traced, costs, params, agent_reports)
             return turn
         attributes: dict[str, Any] = {
             sc.GEN_AI_OPERATION_NAME: sc.INVOKE_AGENT,
@@ -101,13 +107,27 @@ class TurnLayer:
         span = self._tracer.start_span(name, context=parent, kind=SpanKind.INTERNAL, attributes=attributes)
         turn = Turn(span, parent, session_id, True, agent)
         turn.profile, turn.usage_totals = profile, usage_totals
-        self._begin(turn, agent_traced, costs, params)
+        self._begin(turn, agent_traced, costs, params, agent_reports)
         return turn
 
-    def _begin(self, turn: Turn, agent_traced: bool, costs: dict[str, tuple[float, str]] | None, params: Any) -> None:
+    def _begin(
+        self,
+        turn: Turn,
+        agent_traced: bool,
+        costs: dict[str, tuple[float, str]] | None,
+        params: Any,
+        agent_reports: tuple[bool, bool],
+    ) -> None:
         mode = self._usage
-        turn.reports_usage = mode == "always" or (mode == "auto" and not agent_traced)
+        turn.reports_usage = mode == "always" or (mode == "auto" and not agent_traced and not agent_reports[1])
+        turn.agent_tools = agent_reports[0]
         turn.costs = costs
+        observer = self.observer
+        if observer is not None:
+            try:
+                observer.turn_started(turn)
+            except Exception:
+                _log.debug("acp_otel: the turn observer failed", exc_info=True)
         if self._capture:
             turn.output = []
             if turn.span.is_recording():
@@ -169,6 +189,12 @@ class TurnLayer:
                 instruments.client_turn_duration.record(now - turn.started, turn_attributes)
         if turn.own_span:
             span.end()
+        observer = self.observer
+        if observer is not None:
+            try:
+                observer.turn_ended(turn)
+            except Exception:
+                _log.debug("acp_otel: the turn observer failed", exc_info=True)
 
     def end_tools(self, turn: Turn, ended_by: str) -> None:
         """End the turn's open tool calls, marked ``acp.tool_call.ended_by = ended_by`` (not an error)."""
@@ -223,7 +249,7 @@ class TurnLayer:
                     return parent if has_span else turn.context
                 context = None
                 if kind in _TOOL_UPDATES:
-                    make_tools = self._tools_always or (self._tools_auto and not origin_traced)
+                    make_tools = self._tools_always or (self._tools_auto and not origin_traced and not turn.agent_tools)
                     context = self._tools.update(turn, update, make_tools)
                     if self._all_events or (self._turn_events and context is None and not make_tools):
                         self._turn_event(turn, update, params)  # no tool span on this side: keep the fact on the turn
@@ -241,7 +267,7 @@ class TurnLayer:
             return parent if has_span else turn.context
         if role == ROLE_PERMISSION:
             if sent or not has_span:
-                make_tools = self._tools_always or (self._tools_auto and not origin_traced)
+                make_tools = self._tools_always or (self._tools_auto and not origin_traced and not turn.agent_tools)
                 context = self._tools.sight(turn, permission_tool_call(params), make_tools)
                 if context is not None:
                     return context

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 ENV_DEBUG = "OTEL_PYTHON_ACP_PROXY_DEBUG"
+ENV_AGENT_TELEMETRY = "OTEL_PYTHON_ACP_AGENT_TELEMETRY"
 DEFAULT_MAX_LINE_BYTES = 16 * 1024 * 1024
 DEFAULT_FLUSH_TIMEOUT_S = 1.0
 """The default ``--flush-timeout``; equal to ``telemetry.FLUSH_BUDGET_S`` (not imported: this module
@@ -31,7 +32,15 @@ DESCRIPTION = (
 class ProxyOptions:
     """What ``acp-otel proxy`` was asked to do."""
 
-    __slots__ = ("command", "flush_timeout_s", "max_line_bytes", "service_name", "settings_options", "verbose")
+    __slots__ = (
+        "agent_telemetry",
+        "command",
+        "flush_timeout_s",
+        "max_line_bytes",
+        "service_name",
+        "settings_options",
+        "verbose",
+    )
 
     def __init__(
         self,
@@ -41,6 +50,7 @@ class ProxyOptions:
         max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
         flush_timeout_s: float = DEFAULT_FLUSH_TIMEOUT_S,
         verbose: bool = False,
+        agent_telemetry: bool = False,
     ) -> None:
         self.command = command
         self.service_name = service_name
@@ -48,6 +58,8 @@ class ProxyOptions:
         self.max_line_bytes = max_line_bytes
         self.flush_timeout_s = flush_timeout_s
         self.verbose = verbose
+        # Receive the agent's own telemetry, join it to the turns and forward it (see .agent_telemetry).
+        self.agent_telemetry = agent_telemetry
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -104,6 +116,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "reserved trace keys (OTEL_PYTHON_ACP_EXTRA_TRACE_KEYS; default none)",
     )
     parser.add_argument(
+        "--agent-telemetry",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="point the agent's own OpenTelemetry at a loopback receiver of the proxy, hang its spans under the "
+        "turns and forward it with the proxy's exporter settings (OTEL_PYTHON_ACP_AGENT_TELEMETRY; default off)",
+    )
+    parser.add_argument(
         "--max-line-bytes",
         type=int,
         default=DEFAULT_MAX_LINE_BYTES,
@@ -142,6 +161,9 @@ def options_from_args(args: argparse.Namespace, environ: Mapping[str, str] | Non
         if value is not None:
             settings[name] = value
     verbose = bool(args.verbose) or environ.get(ENV_DEBUG, "").strip().lower() in ("1", "true", "yes", "on")
+    agent_telemetry = args.agent_telemetry
+    if agent_telemetry is None:
+        agent_telemetry = environ.get(ENV_AGENT_TELEMETRY, "").strip().lower() in ("1", "true", "yes", "on")
     return ProxyOptions(
         command=tuple(command),
         service_name=args.service_name,
@@ -149,4 +171,5 @@ def options_from_args(args: argparse.Namespace, environ: Mapping[str, str] | Non
         max_line_bytes=max(1, args.max_line_bytes),
         flush_timeout_s=max(0.0, args.flush_timeout),
         verbose=verbose,
+        agent_telemetry=agent_telemetry,
     )

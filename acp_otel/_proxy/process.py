@@ -86,9 +86,16 @@ def _child_setup() -> Any:
     return setup
 
 
-def _spawn(command: tuple[str, ...]) -> subprocess.Popen[bytes] | int:
+def _spawn(command: tuple[str, ...], agent: Any = None) -> subprocess.Popen[bytes] | int:
     try:
-        env = proxy_agent_environment(os.environ, command)  # see acp_otel._child_env: what the agent inherits
+        # See acp_otel._child_env: what the agent inherits (its own telemetry sent to ``agent``'s receiver, if any).
+        env = (
+            proxy_agent_environment(os.environ, command)
+            if agent is None
+            else proxy_agent_environment(
+                os.environ, command, telemetry_endpoint=agent.endpoint, capture_content=agent.capture_content
+            )
+        )
         return subprocess.Popen(
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, env=env, preexec_fn=_child_setup()
         )
@@ -159,8 +166,9 @@ class _Tracing:
     lines wait for the whole set-up instead, which then starts at once.
     """
 
-    def __init__(self, options: ProxyOptions, traces: bool, metrics: bool) -> None:
+    def __init__(self, options: ProxyOptions, traces: bool, metrics: bool, agent: Any = None) -> None:
         self.options = options
+        self.agent = agent  # the agent's own telemetry (.agent_telemetry), told of every turn
         self.traces = traces
         self.metrics = metrics
         self.ready = threading.Event()  # lines may go to self.tracer (None: relay them untraced)
@@ -289,18 +297,22 @@ class _Tracing:
 
     def _engine(self, tracer: Any, settings: Any, instruments: Any) -> Any:
         """A message tracer on the engine; ``tracer`` ``None``: no spans and nothing injected (metrics only)."""
+        import dataclasses
+
         from opentelemetry import trace
 
         from .._engine import Engine
         from .tracing import MessageTracer
 
         if tracer is None:
-            import dataclasses
-
             tracer, settings = trace.NoOpTracer(), dataclasses.replace(settings, inject=False)
+        elif self.agent is not None and not settings.extra_trace_keys:  # the agent's own keys, unasked
+            settings = dataclasses.replace(settings, extra_trace_keys=self.agent.extra_trace_keys())
         engine = Engine(tracer, settings, instruments)
         message_tracer = MessageTracer(engine)
         engine.note_agent_command(message_tracer.peer, self.options.command)  # the profile, until initialize names it
+        if self.agent is not None:
+            _observe(self.agent, engine, message_tracer)
         return message_tracer
 
     def finish(self, returncode: int, signals: _Signals, deadline: float) -> None:
@@ -319,8 +331,21 @@ class _Tracing:
             how = f"signal {-returncode}" if returncode < 0 else f"status {returncode}"
             self.tracer.close(f"agent exited with {how}")
         if self.tel is not None:
+            if self.agent is not None:
+                self.tel.more_problems.append(self.agent.problems)
             # Bounded (tighter after a forwarded signal); says in one line what could not be exported.
             self.tel.finish(budget)
+
+
+def _observe(agent: Any, engine: Any, message_tracer: Any) -> None:
+    """The agent's own telemetry learns each turn; what it proves the agent reports goes back to the engine."""
+
+    def on_facts(tools: bool, usage: bool) -> None:
+        with message_tracer.lock:
+            engine.note_agent_reports(message_tracer.peer, tools=tools, usage=usage)
+
+    engine.observe_turns(agent)
+    agent.attach(on_facts)
 
 
 def _no_ids(_trace_id: int | None, _span_id: int | None) -> None:
@@ -357,10 +382,15 @@ def run(options: ProxyOptions) -> int:
         sys.stderr.write("acp-otel proxy: no agent command given (acp-otel proxy [options] -- CMD [ARGS...])\n")
         return 2
     signals = _Signals()  # before the spawn: a signal that arrives meanwhile is forwarded once the agent runs
-    proc = _spawn(options.command)
+    agent = _agent_telemetry(options)  # its socket bound before the spawn: the agent is told the address
+    proc = _spawn(options.command, agent)
     if isinstance(proc, int):
+        if agent is not None:
+            agent.listener.close()
         return proc
     signals.started(proc)
+    if agent is not None:
+        agent.start()
     if options.verbose:  # otherwise in the set-up thread, if there is one (nothing logs without it)
         from .diagnostics import configure_logging
 
@@ -371,7 +401,7 @@ def run(options: ProxyOptions) -> int:
     if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() != "true":
         traces, metrics = bool(_exporter_names("OTEL_TRACES_EXPORTER")), bool(_exporter_names("OTEL_METRICS_EXPORTER"))
         if traces or metrics:
-            tracing = _Tracing(options, traces, metrics)
+            tracing = _Tracing(options, traces, metrics, agent)
     to_agent_handler = tracing.handler(True) if tracing is not None else None
     to_editor_handler = tracing.handler(False) if tracing is not None else None
 
@@ -411,11 +441,31 @@ def run(options: ProxyOptions) -> int:
     if tracing is not None:
         tracing.settle(deadline)
     _drain(to_editor, to_editor_state, agent_out, agent_out_lock, OUTPUT_DRAIN_TIMEOUT_S)
+    if agent is not None:
+        agent.finish_async(deadline)  # beside the proxy's own flush, within the same bound
     if tracing is not None:
         tracing.finish(returncode, signals, deadline)
+    if agent is not None:
+        agent.report()  # unless the proxy's exit line said it already
     if returncode < 0:
         _die_of(-returncode)
     return returncode
+
+
+def _agent_telemetry(options: ProxyOptions) -> Any:
+    """The agent's own telemetry (``--agent-telemetry``), its receiver's socket bound; ``None`` when off."""
+    if not options.agent_telemetry or os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return None
+    from . import agent_telemetry
+
+    listener = agent_telemetry.bind()
+    if listener is None:
+        return None
+    capture = options.settings_options.get("capture_content")
+    if capture is None:
+        capture = os.environ.get("OTEL_PYTHON_ACP_CAPTURE_CONTENT", "").strip().lower() in ("1", "true", "yes", "on")
+    name = agent_telemetry.relay_name(options.service_name, options.command, os.environ)
+    return agent_telemetry.AgentTelemetry(listener, name, bool(capture), options.command)
 
 
 def _wait(proc: subprocess.Popen[bytes]) -> int:

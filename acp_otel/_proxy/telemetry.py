@@ -36,7 +36,7 @@ import re
 import socket
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 from urllib.parse import urlsplit
 
@@ -351,6 +351,8 @@ class Telemetry:
         self.collector = collector
         self.id_generator = id_generator
         self._metrics_built = False
+        # More of the exit line: each returns its sentences (the agent's own telemetry's losses).
+        self.more_problems: list[Callable[[], list[str]]] = []
 
     def add_meter_provider(self) -> Any:
         """Build the meter provider from the environment (same resource as the spans); ``None`` if off."""
@@ -436,6 +438,8 @@ class Telemetry:
             found.append(
                 describe_metrics_loss(metric_failures, metrics_endpoint, metrics_default, metric_errors, spans_arrived)
             )
+        for more in self.more_problems:
+            found.extend(more())
         if not flushed:
             unfinished = f"the export had not finished after {timeout_s:g} s (--flush-timeout); the rest is lost"
             if otlp and not lost:  # still trying: say where to, and what the endpoint looks like

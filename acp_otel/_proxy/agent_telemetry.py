@@ -1,0 +1,247 @@
+"""The agent's own telemetry under ``--agent-telemetry``: receive it on loopback, join it to the turns, forward it.
+
+:func:`bind` runs before the agent is spawned (a socket only: cheap, nothing heavy imported), so that the
+receiver's address goes into the agent's environment; :meth:`AgentTelemetry.start` then serves it from a thread
+(early connections wait in the kernel's backlog), importing the receiver, the joiner and the forwarder there, off
+the relay's path. The engine tells this object of each turn (:meth:`turn_started` / :meth:`turn_ended`, kept
+until the joiner is ready); the joiner's proof that the agent reports its tool calls or usage goes back to the
+engine (:meth:`attach`). At the agent's exit, :meth:`finish` releases what the joiner holds and gives the
+forwarder until the proxy's exit deadline; what was lost is said in the proxy's one exit line.
+docs/proxy.md describes it all.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+TYPE_CHECKING = False  # not typing's: imported before the agent starts (type checkers see True)
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from typing import Any
+
+RELEASE_EVERY_S = 0.5  # how often held spans past their hold bound are looked for
+
+
+def bind() -> socket.socket | None:
+    """A listening socket on 127.0.0.1 and a port the kernel picks; ``None`` when that fails (no receiver)."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(128)
+    except OSError:
+        listener.close()
+        return None
+    return listener
+
+
+class AgentTelemetry:
+    """The receiver, joiner and forwarder of one proxied agent (see the module's docstring)."""
+
+    def __init__(
+        self, listener: socket.socket, relay_name: str, capture_content: bool, command: tuple[str, ...]
+    ) -> None:
+        self.listener = listener
+        self.endpoint = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        self._relay_name = relay_name
+        self.capture_content = capture_content
+        self._command = command
+        self._lock = threading.Lock()
+        self._early: list[tuple[str, Any, int]] = []  # turn events before the joiner was ready
+        self._joiner: Any = None
+        self._forwarder: Any = None
+        self._receiver: Any = None
+        self._signals: tuple[str, ...] = ()
+        self._scrub: tuple[Any, Any] | None = None
+        self._profile_name: str | None = None
+        self._on_facts: Callable[[bool, bool], None] | None = None
+        self._ready = threading.Event()
+        self._stop = threading.Event()
+        self._reported = False
+        self._finishing: threading.Thread | None = None
+        self._deadline = 0.0
+
+    # ------------------------------------------------------------------ start
+
+    def start(self) -> None:
+        """Serve from a thread (returns at once)."""
+        threading.Thread(target=self._start, name="acp-otel-agent-telemetry", daemon=True).start()
+
+    def _start(self) -> None:
+        import logging
+
+        try:
+            from .forwarder import Forwarder, forwarded_signals
+            from .joiner import Joiner
+            from .receiver import Receiver
+
+            session_keys, tool_keys = self._profile_keys()
+            joiner = Joiner(session_keys, tool_keys, self._facts)
+            self._signals = forwarded_signals()
+            self._forwarder = Forwarder()
+            self._scrub = _scrubbers()
+            with self._lock:
+                for what, turn, at in self._early:
+                    if what == "start":
+                        joiner.turn_started(turn, at)
+                    else:
+                        joiner.turn_ended(turn, at)
+                self._early.clear()
+                self._joiner = joiner
+            self._receiver = Receiver(self.listener, self._sink)
+            threading.Thread(target=self._release_loop, name="acp-otel-agent-release", daemon=True).start()
+        except Exception:
+            logging.getLogger("acp_otel").debug("acp_otel proxy: the agent's telemetry receiver failed", exc_info=True)
+            with self._lock:
+                self._joiner = None
+            self.listener.close()
+        finally:
+            self._ready.set()
+
+    def _profile_keys(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The span attributes the agent's profile says carry the session id and tool call id (if it says)."""
+        telemetry = self.profile_telemetry()
+        return tuple(getattr(telemetry, "session_id_keys", ())), tuple(getattr(telemetry, "tool_call_id_keys", ()))
+
+    def profile_telemetry(self) -> Any:
+        """What the profile the agent's command names says of its own telemetry (``None``: nothing known)."""
+        try:
+            from .._agent_profiles import identify, telemetry_of
+            from .._child_env import command_name
+
+            profile = identify(command_name(self._command))
+            self._profile_name = profile.key if profile is not None else None
+            return telemetry_of(profile)
+        except Exception:
+            return None
+
+    def extra_trace_keys(self) -> tuple[str, ...]:
+        """The ``_meta`` keys the agent takes a trace parent from (its profile's), written without being asked:
+        its spans then start in the turn's trace by themselves (unknown ``_meta`` keys are ignored by others)."""
+        return tuple(getattr(self.profile_telemetry(), "parent_meta_keys", ()))
+
+    # ------------------------------------------------------------------ the engine's side
+
+    def turn_started(self, turn: Any) -> None:
+        """The engine's turn observer: a turn began."""
+        self._turn("start", turn)
+
+    def turn_ended(self, turn: Any) -> None:
+        """The engine's turn observer: a turn ended."""
+        self._turn("end", turn)
+
+    def _turn(self, what: str, turn: Any) -> None:
+        at = time.time_ns()
+        with self._lock:
+            joiner = self._joiner
+            if joiner is None:
+                if not self._ready.is_set():
+                    self._early.append((what, turn, at))
+                return
+        if what == "start":
+            joiner.turn_started(turn, at)
+        else:
+            joiner.turn_ended(turn, at)
+
+    def attach(self, on_facts: Callable[[bool, bool], None]) -> None:
+        """``on_facts(tools, usage)``: tell the engine the agent reports its tool calls / usage itself. Told at
+        once when the agent's profile says so (an agent seen doing it here); otherwise once its spans show it."""
+        self._on_facts = on_facts
+        telemetry = self.profile_telemetry()
+        if telemetry is not None and telemetry.seen and (telemetry.reports_tool_calls or telemetry.reports_usage):
+            on_facts(bool(telemetry.reports_tool_calls), bool(telemetry.reports_usage))
+
+    def _facts(self, tools: bool, usage: bool) -> None:
+        if self._on_facts is not None:
+            self._on_facts(tools, usage)
+
+    # ------------------------------------------------------------------ requests
+
+    def _sink(self, signal: str, message: Any) -> None:
+        joiner = self._joiner
+        if signal == "traces" and joiner is not None:
+            joiner.join_spans(message)
+        elif signal == "logs" and joiner is not None:
+            joiner.join_logs(message)
+        self._forward(signal, message)
+
+    def _forward(self, signal: str, message: Any) -> None:
+        if signal not in self._signals:
+            return
+        scrub = self._scrub
+        if scrub is not None and signal in ("traces", "logs"):
+            (scrub[0] if signal == "traces" else scrub[1])(message, self.capture_content, self._profile_name)
+        from .forwarder import mark_relay
+
+        mark_relay(signal, message, self._relay_name)
+        self._forwarder.put(signal, message)
+
+    def _release_loop(self) -> None:
+        while not self._stop.wait(RELEASE_EVERY_S):
+            self._release(False)
+
+    def _release(self, everything: bool) -> None:
+        joiner = self._joiner
+        if joiner is None:
+            return
+        request = joiner.release(everything)
+        if request is not None:
+            self._forward("traces", request)
+
+    # ------------------------------------------------------------------ exit
+
+    def finish_async(self, deadline: float) -> None:
+        """:meth:`finish` in a thread of its own (:meth:`problems` waits for it, until ``deadline``)."""
+        self._deadline = deadline
+        self._finishing = threading.Thread(target=self.finish, args=(deadline,), name="acp-otel-agent-finish")
+        self._finishing.daemon = True
+        self._finishing.start()
+
+    def finish(self, deadline: float) -> None:
+        """The agent has exited: stop receiving, release every held span and forward until ``deadline``."""
+        self._ready.wait(max(0.0, deadline - time.monotonic()))
+        self._stop.set()
+        if self._receiver is not None:
+            self._receiver.close()
+        self._release(True)
+        if self._forwarder is not None:
+            self._forwarder.close(deadline)
+
+    def report(self) -> None:
+        """Say on stderr what :meth:`problems` has still to say (when the proxy's own telemetry did not)."""
+        found = self.problems()
+        if found:
+            import sys
+
+            sys.stderr.write("acp-otel proxy: telemetry: " + "; ".join(found) + "\n")
+
+    def problems(self) -> list[str]:
+        """What was not forwarded (said once: later calls return nothing)."""
+        if self._finishing is not None:
+            self._finishing.join(max(0.0, self._deadline - time.monotonic()) + 0.05)
+        if self._reported or self._forwarder is None:
+            return []
+        self._reported = True
+        return list(self._forwarder.problems())
+
+
+def _scrubbers() -> tuple[Any, Any] | None:
+    """The content scrubbers (:mod:`.agent_content`), when that module is there."""
+    try:
+        from .agent_content import scrub_logs, scrub_spans  # type: ignore[import-not-found, unused-ignore]
+    except ImportError:
+        return None
+    return scrub_spans, scrub_logs
+
+
+def relay_name(service_name: str | None, command: tuple[str, ...], environ: Mapping[str, str]) -> str:
+    """The proxy's ``service.name`` as its telemetry will have it (for the forwarded resources)."""
+    if service_name:
+        return service_name
+    named = environ.get("OTEL_SERVICE_NAME", "").strip()
+    if named:
+        return named
+    from .._child_env import proxy_service_name
+
+    return proxy_service_name(command)

@@ -1,0 +1,315 @@
+"""The agent's own telemetry through ``acp-otel proxy --agent-telemetry``: received on loopback, joined to the
+turns, forwarded to the user's backend (real processes: the synthetic agent ``tests/proxy_peers/otel_agent.py``
+exports with the real OpenTelemetry SDK; the backend is a loopback OTLP receiver); the receiver's decoding over a
+real socket; the joiner's hold bound."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import gzip
+import http.client
+import json
+import socket
+import sys
+import zlib
+from typing import Any
+
+import pytest
+from acp_app import open_session, prompt
+from harness import PEERS, base_env, proxied_client
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.trace.v1.trace_pb2 import Span as ProtoSpan
+from otlp_backend import Backend
+
+from acp_otel._proxy.joiner import Joiner
+from acp_otel._proxy.receiver import Receiver
+
+OTEL_AGENT = [sys.executable, str(PEERS / "otel_agent.py")]
+HEADER = ("x-backend-key", "sekret-4711")
+
+
+def _env(endpoint: str, **extra: str) -> dict[str, str]:
+    return base_env(
+        OTEL_EXPORTER_OTLP_ENDPOINT=endpoint,
+        OTEL_EXPORTER_OTLP_HEADERS=f"{HEADER[0]}={HEADER[1]}",
+        OTEL_METRIC_EXPORT_INTERVAL="200",
+        **extra,
+    )
+
+
+def _turns(spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The proxy's turn spans."""
+    return [
+        s for s in spans if s["service"] == "proxy" and s["attributes"].get("gen_ai.operation.name") == "invoke_agent"
+    ]
+
+
+def _agent(spans: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+    return [s for s in spans if s["service"] == "otel-agent" and s["name"] == name]
+
+
+async def _run(backend: Backend, agent_args: list[str], sessions: int = 1, turns: int = 1, **env: str) -> Any:
+    proxy_args = ["--service-name", "proxy", "--agent-telemetry"]
+    async with proxied_client([*OTEL_AGENT, *agent_args], _env(backend.endpoint, **env), proxy_args) as run:
+        ids = [await open_session(run.conn)]
+        for _ in range(sessions - 1):
+            ids.append((await run.conn.new_session(cwd="/tmp", mcp_servers=[])).session_id)
+        for _ in range(turns):
+            await asyncio.gather(*(prompt(run.conn, sid, "hi") for sid in ids))
+    run.extra["sessions"] = ids
+    return run
+
+
+pytestmark = pytest.mark.e2e
+
+
+async def test_agent_spans_join_the_turn_each_fact_once_and_reach_the_backend_with_its_header() -> None:
+    with Backend() as backend:
+        run = await _run(backend, ["--process-root"], turns=2)
+        assert run.returncode == 0, run.stderr
+        assert backend.wait_for(lambda b: len(_agent(b.spans(), "shutdown")) == 1)
+        spans = backend.spans()
+    turns = sorted(_turns(spans), key=lambda s: s["attributes"].get("gen_ai.usage.input_tokens") is None)
+    assert len(turns) == 2
+    models = _agent(spans, "invoke_model")
+    assert len(models) == 2
+    turn_ids = {t["trace_id"]: t["span_id"] for t in turns}
+    for model in models:  # the topmost span of the turn (its parent, the process span, never exported)
+        assert turn_ids.get(model["trace_id"]) == model["parent"]
+    assert {m["trace_id"] for m in models} == set(turn_ids)
+    by_id = {m["span_id"]: m for m in models}
+    for name in ("chat scripted", "execute_tool read"):  # exported before their parent: held, then joined
+        children = _agent(spans, name)
+        assert len(children) == 2
+        for child in children:
+            assert child["parent"] in by_id and child["trace_id"] == by_id[child["parent"]]["trace_id"]
+    for name in ("startup", "shutdown"):  # before the first turn, after the last: left alone
+        (alone,) = _agent(spans, name)
+        assert alone["trace_id"] not in turn_ids and alone["parent"] is None
+    assert all(s["resource"].get("acp.relay.service.name") == "proxy" for s in spans if s["service"] == "otel-agent")
+    # Each fact once: the first turn's tool call and usage reported by the proxy too, the second's by the agent only.
+    proxy_tools = [s for s in spans if s["service"] == "proxy" and s["name"].startswith("execute_tool")]
+    assert len(proxy_tools) == 1 and proxy_tools[0]["trace_id"] == turns[0]["trace_id"]
+    assert "gen_ai.usage.input_tokens" in turns[0]["attributes"]
+    assert "gen_ai.usage.input_tokens" not in turns[1]["attributes"]
+    # The backend's header came with the agent's spans (the proxy forwarded them; the agent never had it).
+    forwarded = [h for signal, h, m in backend.headers if signal == "traces" and "otel-agent" in str(m)]
+    assert forwarded and all(h.get(HEADER[0]) == HEADER[1] for h in forwarded)
+
+
+async def test_agent_logs_follow_their_span_and_metrics_are_forwarded() -> None:
+    with Backend() as backend:
+        run = await _run(backend, [])
+        assert run.returncode == 0, run.stderr
+        assert backend.wait_for(
+            lambda b: len(b.logs()) >= 2 and ("otel-agent", "gen_ai.client.token.usage.synthetic") in b.metric_names()
+        )
+        spans, logs = backend.spans(), backend.logs()
+    (turn,) = _turns(spans)
+    (chat,) = _agent(spans, "chat scripted")
+    assert chat["trace_id"] == turn["trace_id"]
+    answered = next(r for r in logs if r["body"] == "model answered")
+    assert (answered["trace_id"], answered["span_id"]) == (turn["trace_id"], chat["span_id"])
+    bare = next(r for r in logs if r["body"] == "no context here")  # no context: the turn's
+    assert (bare["trace_id"], bare["span_id"]) == (turn["trace_id"], turn["span_id"])
+
+
+async def test_an_agent_that_exports_only_at_exit_still_gets_its_spans_joined() -> None:
+    with Backend() as backend:
+        run = await _run(backend, ["--export-at-exit"])
+        assert run.returncode == 0, run.stderr
+        assert backend.wait_for(lambda b: len(_agent(b.spans(), "shutdown")) == 1)
+        spans = backend.spans()
+    (turn,) = _turns(spans)
+    (model,) = _agent(spans, "invoke_model")
+    assert (model["trace_id"], model["parent"]) == (turn["trace_id"], turn["span_id"])
+
+
+async def test_two_sessions_at_once_joined_by_their_session_attribute() -> None:
+    with Backend() as backend:
+        run = await _run(backend, ["--overlap", "2"], sessions=2)
+        assert run.returncode == 0, run.stderr
+        assert backend.wait_for(lambda b: len(_agent(b.spans(), "shutdown")) == 1)
+        spans = backend.spans()
+    turns = {t["attributes"]["gen_ai.conversation.id"]: t for t in _turns(spans)}
+    assert set(turns) == set(run.extra["sessions"])
+    for model in _agent(spans, "invoke_model"):
+        turn = turns[model["attributes"]["gen_ai.conversation.id"]]
+        assert (model["trace_id"], model["parent"]) == (turn["trace_id"], turn["span_id"])
+
+
+async def test_two_sessions_at_once_without_a_session_attribute_left_alone_and_linked() -> None:
+    with Backend() as backend:
+        run = await _run(backend, ["--overlap", "2", "--no-session"], sessions=2)
+        assert run.returncode == 0, run.stderr
+        assert backend.wait_for(lambda b: len(_agent(b.spans(), "shutdown")) == 1)
+        spans = backend.spans()
+    turns = {(t["trace_id"], t["span_id"]) for t in _turns(spans)}
+    models = _agent(spans, "invoke_model")
+    assert len(models) == 2 and len(turns) == 2
+    for model in models:
+        assert model["parent"] is None and model["trace_id"] not in {t for t, _ in turns}
+        assert set(model["links"]) == turns
+    for chat in _agent(spans, "chat scripted"):  # the subtree stays with its topmost span
+        assert chat["parent"] in {m["span_id"] for m in models} and not chat["links"]
+
+
+async def test_export_to_a_dead_endpoint_is_said_once_in_the_exit_line() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"  # closed when the block ends: nothing listens there
+    env = _env(dead, OTEL_METRICS_EXPORTER="none")
+    async with proxied_client(OTEL_AGENT, env, ["--service-name", "proxy", "--agent-telemetry"]) as run:
+        session_id = await open_session(run.conn)
+        await prompt(run.conn, session_id, "hi")
+    assert run.returncode == 0  # exited by itself, within the harness's bound
+    lines = [line for line in run.stderr.splitlines() if line.startswith("acp-otel proxy: telemetry:")]
+    assert len(lines) == 1, run.stderr
+    assert "of the agent's spans not forwarded to " + dead in lines[0] and "nothing is listening there" in lines[0]
+
+
+# ---------------------------------------------------------------------- the receiver over a real socket
+
+
+@pytest.fixture
+def receiver() -> Any:
+    from acp_otel._proxy.agent_telemetry import bind
+
+    got: list[tuple[str, Any]] = []
+    listener = bind()
+    assert listener is not None
+    server = Receiver(listener, lambda signal, message: got.append((signal, message)))
+    yield server, got
+    server.close()
+
+
+def _post(port: int, path: str, body: Any, headers: dict[str, str]) -> tuple[int, bytes, str]:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        connection.request("POST", path, body=body, headers=headers, encode_chunked="Transfer-Encoding" in headers)
+        answer = connection.getresponse()
+        return answer.status, answer.read(), answer.getheader("Content-Type") or ""
+    finally:
+        connection.close()
+
+
+def _trace_request() -> ExportTraceServiceRequest:
+    request = ExportTraceServiceRequest()
+    span = request.resource_spans.add().scope_spans.add().spans.add()
+    span.trace_id, span.span_id, span.name, span.kind = bytes(range(1, 17)), bytes(range(1, 9)), "chat", 3
+    return request
+
+
+def test_receiver_takes_otlp_json_with_hex_ids_and_enum_numbers(receiver: Any) -> None:
+    server, got = receiver
+    body = json.dumps(
+        {
+            "resourceSpans": [
+                {
+                    "scopeSpans": [
+                        {
+                            "spans": [
+                                {
+                                    "traceId": bytes(range(1, 17)).hex(),
+                                    "spanId": bytes(range(1, 9)).hex(),
+                                    "name": "chat",
+                                    "kind": 3,
+                                    "unknownField": 1,
+                                }
+                            ]
+                        }
+                    ]
+                }
+            ]
+        }
+    )
+    status, payload, content_type = _post(server.port, "/v1/traces", body, {"Content-Type": "application/json"})
+    assert (status, payload, content_type) == (200, b"{}", "application/json")
+    assert got == [("traces", _trace_request())]
+
+
+def test_receiver_takes_gzip_deflate_and_chunked_protobuf(receiver: Any) -> None:
+    server, got = receiver
+    raw = _trace_request().SerializeToString()
+    protobuf = {"Content-Type": "application/x-protobuf"}
+    assert _post(server.port, "/v1/traces", gzip.compress(raw), {**protobuf, "Content-Encoding": "gzip"})[0] == 200
+    assert _post(server.port, "/v1/traces", zlib.compress(raw), {**protobuf, "Content-Encoding": "deflate"})[0] == 200
+    chunks = iter([raw[:5], raw[5:11], raw[11:]])
+    assert _post(server.port, "/v1/traces", chunks, {**protobuf, "Transfer-Encoding": "chunked"})[0] == 200
+    assert got == [("traces", _trace_request())] * 3
+
+
+def test_receiver_refuses_what_it_cannot_read(receiver: Any) -> None:
+    server, got = receiver
+    assert _post(server.port, "/v1/traces", b"\xff\x00garbage", {"Content-Type": "application/x-protobuf"})[0] == 400
+    assert _post(server.port, "/v1/traces", b"{not json", {"Content-Type": "application/json"})[0] == 400
+    assert _post(server.port, "/v1/elsewhere", b"", {})[0] == 404
+    assert got == [] and server.rejected == 2
+    base64.b64encode(b"")  # (the JSON test above covers the id conversion)
+
+
+# ---------------------------------------------------------------------- the joiner's hold bound
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class _Turn:
+    def __init__(self, trace_id: int, span_id: int) -> None:
+        from opentelemetry.trace import NonRecordingSpan, SpanContext
+
+        self.session_id = "s"
+        self.span = NonRecordingSpan(SpanContext(trace_id, span_id, is_remote=False))
+
+
+def _request(*spans: tuple[bytes, bytes, bytes, int]) -> ExportTraceServiceRequest:
+    request = ExportTraceServiceRequest()
+    scope = request.resource_spans.add().scope_spans.add()
+    for trace_id, span_id, parent, start in spans:
+        scope.spans.append(
+            ProtoSpan(trace_id=trace_id, span_id=span_id, parent_span_id=parent, start_time_unix_nano=start)
+        )
+    return request
+
+
+def _ids(request: ExportTraceServiceRequest | None) -> list[tuple[bytes, bytes, bytes]]:
+    if request is None:
+        return []
+    return [
+        (s.trace_id, s.span_id, s.parent_span_id)
+        for rs in request.resource_spans
+        for ss in rs.scope_spans
+        for s in ss.spans
+    ]
+
+
+def test_joiner_holds_a_span_whose_parent_may_move_until_the_parent_comes_or_the_bound() -> None:
+    clock = _Clock()
+    joiner = Joiner(hold_s=5.0, clock=clock)
+    turn = _Turn(0xAA, 0xBB)
+    joiner.turn_started(turn, at_ns=1000)
+    joiner.turn_ended(turn, at_ns=2000)
+    agent_trace, turn_trace, turn_span = b"\x01" * 16, (0xAA).to_bytes(16, "big"), (0xBB).to_bytes(8, "big")
+    top, child, late, orphan, missing = b"\x02" * 8, b"\x03" * 8, b"\x04" * 8, b"\x05" * 8, b"\x06" * 8
+    # The child arrives first; its parent (started in the turn) next; background work after the turn last.
+    first = _request((agent_trace, child, top, 1500))
+    joiner.join_spans(first)
+    assert _ids(first) == []  # held: its parent may be the turn's topmost span
+    second = _request((agent_trace, top, b"", 1200), (agent_trace, late, top, 3000))
+    joiner.join_spans(second)
+    assert sorted(_ids(second)) == sorted(
+        [(turn_trace, top, turn_span), (turn_trace, late, top), (turn_trace, child, top)]
+    )
+    # A span after the turn whose parent never comes: held, then left as it came once the bound is past.
+    third = _request((agent_trace, orphan, missing, 4000))
+    joiner.join_spans(third)
+    assert _ids(third) == [] and joiner.release() is None
+    clock.now = 5.0
+    assert _ids(joiner.release()) == [(agent_trace, orphan, missing)]
+    assert joiner.held() == 0
