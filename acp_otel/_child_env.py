@@ -129,10 +129,21 @@ def _derive(command: str, args: list[str], depth: int) -> str:
 
 
 def command_name(command: Any) -> str | None:
-    """The name an agent command goes by (``npx -y @scope/pkg`` -> ``pkg``), as ``service.name`` derives it."""
+    """The name an agent command goes by, to look its profile up: as ``service.name`` derives it (``npx -y
+    @scope/pkg`` -> ``pkg``), unless that names no known agent and the command runs a script of a package
+    (``node .../node_modules/@qwen-code/qwen-code/cli-entry.js`` -> ``qwen-code``, its ``package.json``'s name)."""
     if not command or not all(type(part) is str for part in command):
         return None
-    return service_name_for_command(command[0], command[1:])
+    name = service_name_for_command(command[0], command[1:])
+    if len(command) > 1 and (_NODE_RE.match(_basename(command[0])) or _PYTHON_RE.match(_basename(command[0]))):
+        from ._agent_profiles import identify  # here: only the proxy's and the engine's look-ups need it
+
+        if identify(name) is None:
+            script = next((a for a in command[1:] if not a.startswith("-")), None)
+            package = _package_of_script(script) if script else None
+            if package and identify(package) is not None:
+                return package
+    return name
 
 
 def proxy_service_name(agent_command: Sequence[str]) -> str:
@@ -481,12 +492,7 @@ def agent_telemetry_variables(command: Sequence[str], endpoint: str, capture_con
     variables = {ENV_OTLP_ENDPOINT: endpoint, ENV_OTLP_PROTOCOL: "http/protobuf"}
     if not capture_content:
         variables[ENV_GENAI_CONTENT] = "false"
-    profile = identify(command_name(command))
-    if profile is None and len(command) > 1 and _NODE_RE.match(_basename(command[0])):
-        # `node .../qwen-code/cli-entry.js`: the package the script belongs to names the agent.
-        script = next((a for a in command[1:] if not a.startswith("-")), None)
-        profile = identify(_package_of_script(script)) if script else None
-    telemetry = telemetry_of(profile)
+    telemetry = telemetry_of(identify(command_name(command)))
     for name, value in telemetry.switches:
         variables[name] = value.replace(ENDPOINT, endpoint)
     for name, on, off in telemetry.content_switches:

@@ -179,19 +179,22 @@ async def run_turn(
     before_prompt: Callable[[], None] | None = None,
     timeout: float = 180.0,
     grace: float = 10.0,
+    tap: bool = True,
 ) -> Run:
     """One editor session: initialize, session/new, a prompt per text in ``prompt_text`` (``before_prompt`` is
     called before each); then close the agent's stdin and time its exit. The agent runs in a process group
     of its own, which is killed after the exit is timed (an agent's leftovers would outlive the test).
 
     ``proxy_args`` None runs the agent directly (still behind the tap); a list runs ``acp-otel proxy ARGS -- ...``.
+    ``tap`` False starts the agent itself, without the tap (no bytes recorded on its side): the proxy then sees
+    the agent's own command line (as it names the agent's profile from it).
     """
     from acp import ClientSideConnection
 
     editor = Editor()
     run = Run(editor)
     with tempfile.TemporaryDirectory() as logs, tempfile.TemporaryFile() as stderr:
-        tapped = [*TAP, f"{logs}/agent", "--", *agent]
+        tapped = [*TAP, f"{logs}/agent", "--", *agent] if tap else list(agent)
         command = tapped if proxy_args is None else [*PROXY, *proxy_args, "--", *tapped]
         proc = await asyncio.create_subprocess_exec(
             *command,

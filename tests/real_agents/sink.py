@@ -35,6 +35,7 @@ class Sink:
         self.spans: list[Span] = []
         self.raw: list[tuple[str, bytes]] = []  # (service.name, encoded ResourceSpans), traces only
         self.other: list[tuple[str, bytes]] = []  # (path, body) of metrics / logs exports
+        self.headers: list[tuple[str, dict[str, str]]] = []  # (path, request headers, names lower-cased)
         self.errors: list[str] = []
         self._lock = threading.Lock()
         sink = self
@@ -61,6 +62,8 @@ class Sink:
 
             def do_POST(self) -> None:
                 body = self._body()
+                with sink._lock:
+                    sink.headers.append((self.path, {k.lower(): v for k, v in self.headers.items()}))
                 is_json = "json" in (self.headers.get("Content-Type") or "")
                 try:
                     if self.path.endswith("/v1/traces"):
@@ -116,6 +119,8 @@ class Sink:
                             attributes={kv.key: _value(kv.value) for kv in s.attributes},
                             service=service,
                             events=[e.name for e in s.events],
+                            start_ns=s.start_time_unix_nano,
+                            end_ns=s.end_time_unix_nano,
                         )
                     )
         with self._lock:

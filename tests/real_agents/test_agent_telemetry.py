@@ -1,0 +1,235 @@
+"""The agents' own telemetry through ``acp-otel proxy --agent-telemetry`` (docs/agent-telemetry.md).
+
+Gemini CLI, OpenCode and Qwen Code each run one scripted turn behind the proxy with nothing of their own telemetry
+configured; the test's receiver stands for the user's backend, and the proxy alone is told where it is, with a
+header the backend requires. With the option on: the agent's model-call spans arrive inside the proxy's turn trace,
+under the turn span; its logs (and metrics, for the agents that have any) arrive; every request reaching the
+backend carried the header, which was never in the environment of the running agent (``/proc/PID/environ``); no
+content by default (the turn's canaries: file names and contents, the command, the prompt, the answer); each tool
+call reported by exactly one span. With the option off: the proxy's own turn and tool spans, nothing of the
+agent's at the backend, and no backend setting in the agent's environment.
+
+The agent runs without the byte tap (the proxy names the agent's profile from its command line).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import agents
+import pytest
+from editor import Run, run_turn
+from google.protobuf import json_format
+from model_server import ModelServer, Script
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+from otlp_sink import Span, _value
+from sink import Sink
+from test_real_agents import PROXY_ARGS, PROXY_SERVICE, Checks, by_id, make_agent, tools_of, turn_of
+
+pytestmark = pytest.mark.timeout(600)
+
+AGENTS = ["gemini", "opencode", "qwen"]
+# Each agent's span per model call (as its own telemetry names it).
+MODEL_CALL = {"gemini": "llm_call", "opencode": "LLM.run", "qwen": "qwen-code.llm_request"}
+# The agent's own spans that report a tool call, and the attribute holding the ACP tool call id there.
+TOOL_REPORT = {
+    "gemini": ({}, ""),
+    "opencode": ({"Tool.execute"}, "tool.call_id"),
+    "qwen": ({"qwen-code.tool"}, "gen_ai.tool.call.id"),
+}
+HAS_METRICS = {"gemini", "qwen"}  # OpenCode exports traces and logs only
+
+
+def _agent(name: str, tmp_path: Path, model: ModelServer, tag: str) -> tuple[agents.Agent, Path]:
+    agent = make_agent(name, tmp_path, model, tag)
+    home = tmp_path / f"home-{tag}"
+    if name == "gemini":  # the harness switches Gemini's telemetry off in its settings: nothing of the kind here
+        path = home / ".gemini" / "settings.json"
+        settings = json.loads(path.read_text())
+        settings.pop("telemetry", None)
+        path.write_text(json.dumps(settings))
+    return agent, home
+
+
+def _agent_environs(home: Path) -> list[dict[str, str]]:
+    """The environments of the running processes of this case other than the proxy (the agent and its children)."""
+    marker = f"HOME={home}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if marker in environ and b"acp_otel.cli" not in cmdline:
+            found.append(dict(e.decode(errors="replace").partition("=")[::2] for e in environ if b"=" in e))
+    return found
+
+
+def _decode(path: str, body: bytes) -> Any:
+    """A logs or metrics export the backend received (the proxy forwards protobuf; JSON is read too)."""
+    request: Any = ExportLogsServiceRequest() if path.endswith("/v1/logs") else ExportMetricsServiceRequest()
+    try:
+        request.ParseFromString(body)
+    except Exception:
+        json_format.Parse(body, request, ignore_unknown_fields=True)
+    return request
+
+
+def _services(sink: Sink, signal: str) -> set[str]:
+    """The ``service.name`` of every resource in the backend's ``signal`` exports (``logs`` / ``metrics``)."""
+    services = set()
+    for path, body in list(sink.other):
+        if path.endswith(f"/v1/{signal}"):
+            request = _decode(path, body)
+            for entry in request.resource_logs if signal == "logs" else request.resource_metrics:
+                services |= {str(_value(kv.value)) for kv in entry.resource.attributes if kv.key == "service.name"}
+    return services
+
+
+def _under(span: Span, ancestor: Span, index: dict[str, Span]) -> bool:
+    parent = index.get(span.parent_id or "")
+    while parent is not None:
+        if parent.span_id == ancestor.span_id:
+            return True
+        parent = index.get(parent.parent_id or "")
+    return False
+
+
+def _wait(sink: Sink, done: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}; errors {sink.errors}")
+        time.sleep(0.2)
+
+
+async def _proxied(
+    name: str, option: bool, tmp_path: Path, model: ModelServer, sink: Sink, script: Script
+) -> tuple[Run, list[dict[str, str]], str]:
+    """One turn through the proxy; the environments of the agent's processes (seen before the prompt) and the
+    backend's secret header value."""
+    agent, home = _agent(name, tmp_path, model, "on" if option else "off")
+    secret = f"backend-secret-{uuid.uuid4().hex}"
+    env = {
+        **agent.env,
+        **sink.env(),
+        "OTEL_METRICS_EXPORTER": "otlp",
+        "OTEL_LOGS_EXPORTER": "otlp",
+        "OTEL_EXPORTER_OTLP_HEADERS": f"x-backend-key={secret}",
+    }
+    environs: list[dict[str, str]] = []
+
+    def before_prompt() -> None:
+        model.begin_turn()
+        environs.extend(_agent_environs(home))
+
+    args = [*PROXY_ARGS, *(["--agent-telemetry"] if option else [])]
+    try:
+        run = await run_turn(
+            agent.command,
+            env,
+            script.workspace,
+            f"Read the file, write another and run a command. {script.canary}-PROMPT",
+            proxy_args=args,
+            before_prompt=before_prompt,
+            grace=agent.grace,
+            timeout=300,
+            tap=False,
+        )
+    finally:
+        agents.end_leftovers(home)
+    assert run.result is not None and run.result.stop_reason == "end_turn", (run.stderr[-3000:], model.unknown_tools)
+    assert len(run.tool_call_ids()) == 3, run.tool_call_ids()
+    assert environs, "no agent process found while the turn ran"
+    return run, environs, secret
+
+
+def _no_backend_settings(check: Checks, environs: list[dict[str, str]], secret: str) -> None:
+    leaked = [
+        (k, v) for env in environs for k, v in env.items() if secret in v or k.startswith("OTEL_EXPORTER_OTLP_HEAD")
+    ]
+    check(not leaked, "no backend header in the agent's environment", leaked)
+    endpoints = {env.get("OTEL_EXPORTER_OTLP_ENDPOINT") for env in environs}
+    check(all(e is None or e.startswith("http://127.0.0.1:") for e in endpoints), "no backend endpoint", endpoints)
+
+
+def _reports_of(tool_call_id: str, name: str, spans: list[Span]) -> list[Span]:
+    """The spans that report the tool call: the proxy's ``execute_tool`` span, the agent's own tool span."""
+    names, key = TOOL_REPORT[name]
+    proxy = [
+        s
+        for s in tools_of(spans)
+        if s.service == PROXY_SERVICE and s.attributes.get("gen_ai.tool.call.id") == tool_call_id
+    ]
+    own = [s for s in spans if s.service != PROXY_SERVICE and s.name in names and s.attributes.get(key) == tool_call_id]
+    return proxy + own
+
+
+@pytest.mark.parametrize("name", AGENTS)
+async def test_agent_telemetry_on(name: str, tmp_path: Path, model: ModelServer, sink: Sink, script: Script) -> None:
+    run, environs, secret = await _proxied(name, True, tmp_path, model, sink, script)
+    model_call = MODEL_CALL[name]
+    spans = sink.wait_for(
+        lambda s: any(x.name == model_call for x in s) and turn_of([x for x in s if x.service == PROXY_SERVICE]),
+        timeout=60,
+    )
+    _wait(sink, lambda: _services(sink, "logs") - {PROXY_SERVICE}, "the agent's logs")
+    if name in HAS_METRICS:
+        _wait(sink, lambda: _services(sink, "metrics") - {PROXY_SERVICE}, "the agent's metrics")
+    spans = sink.snapshot()
+    check = Checks()
+    check(sink.errors == [], "the backend decoded every export", sink.errors)
+    (turn,) = turn_of([s for s in spans if s.service == PROXY_SERVICE])
+    index = by_id(spans)
+    calls = [s for s in spans if s.name == model_call and s.service != PROXY_SERVICE]
+    in_turn = [s for s in calls if turn.start_ns <= s.start_ns <= turn.end_ns]
+    check(
+        len(in_turn) >= len(model.turns[-1]),
+        "a model-call span per model call of the turn",
+        [len(in_turn), model.turns],
+    )
+    check(all(s.trace_id == turn.trace_id for s in in_turn), "the model calls in the turn's trace", in_turn)
+    check(all(_under(s, turn, index) for s in in_turn), "the model calls under the turn span", in_turn)
+    if name in ("gemini", "qwen"):  # their model-call spans carry the tokens
+        check(all("gen_ai.usage.input_tokens" in s.attributes for s in in_turn), "tokens on the model calls", in_turn)
+    check(all(h.get("x-backend-key") == secret for _, h in sink.headers), "the backend header on every export")
+    _no_backend_settings(check, environs, secret)
+    receivers = {env.get("OTEL_EXPORTER_OTLP_ENDPOINT") for env in environs}
+    check(all(e and e.startswith("http://127.0.0.1:") for e in receivers), "the agent exports to the proxy", receivers)
+    bodies = [body for _, body in sink.raw] + [body for _, body in list(sink.other)]
+    leaks = sorted({c for c in script.canaries() for b in bodies if c.encode() in b})
+    check(not leaks, "no content at the backend", leaks)
+    reports = {tid: [s.name for s in _reports_of(tid, name, spans)] for tid in run.tool_call_ids()}
+    check(all(len(r) == 1 for r in reports.values()), "each tool call reported once", reports)
+    check.done()
+
+
+@pytest.mark.parametrize("name", AGENTS)
+async def test_agent_telemetry_off(name: str, tmp_path: Path, model: ModelServer, sink: Sink, script: Script) -> None:
+    run, environs, secret = await _proxied(name, False, tmp_path, model, sink, script)
+    spans = sink.wait_for(lambda s: len(tools_of(s)) >= 3 and turn_of(s), timeout=60)
+    check = Checks()
+    check(sink.errors == [], "the backend decoded every export", sink.errors)
+    check(len(turn_of(spans)) == 1, "the proxy's turn span", [s.name for s in turn_of(spans)])
+    tools = tools_of(spans)
+    check(
+        sorted(str(s.attributes.get("gen_ai.tool.call.id")) for s in tools) == sorted(run.tool_call_ids()),
+        "the proxy's tool spans, one per tool call",
+        [s.name for s in tools],
+    )
+    services = {s.service for s in spans} | _services(sink, "logs") | _services(sink, "metrics")
+    check(services == {PROXY_SERVICE}, "nothing of the agent's at the backend", services)
+    _no_backend_settings(check, environs, secret)
+    check(not [k for env in environs for k in env if k.startswith("OTEL_EXPORTER_")], "no exporter setting at all")
+    check.done()
