@@ -52,7 +52,7 @@ class AgentTelemetry:
         self._command = command
         # The turns' starts and ends, appended by the relay's threads (never blocked: a deque's append takes no
         # lock of ours) and handed to the joiner before each request it joins, and every RELEASE_EVERY_S.
-        self._turn_events: deque[tuple[bool, Any, int]] = deque(maxlen=MAX_TURN_EVENTS)
+        self._turn_events: deque[tuple[int, Any, int]] = deque(maxlen=MAX_TURN_EVENTS)
         self._drain_lock = threading.Lock()
         self._telemetry: Any = False  # the profile's AgentTelemetry, looked up once (False: not yet)
         self._joiner: Any = None
@@ -134,12 +134,15 @@ class AgentTelemetry:
     # ------------------------------------------------------------------ the engine's side
 
     def turn_started(self, turn: Any) -> None:
-        """The engine's turn observer: a turn began (runs in a relay thread: only noted here)."""
-        self._turn_events.append((True, turn, time.time_ns()))
+        """The engine's turn observer: a turn began (runs in a relay thread: only noted here, without the turn)."""
+        context = turn.span.get_span_context()
+        if context.is_valid:
+            window = (context.trace_id, context.span_id, turn.session_id)
+            self._turn_events.append((id(turn), window, time.time_ns()))
 
     def turn_ended(self, turn: Any) -> None:
         """The engine's turn observer: a turn ended."""
-        self._turn_events.append((False, turn, time.time_ns()))
+        self._turn_events.append((id(turn), None, time.time_ns()))
 
     def _joiner_now(self) -> Any:
         """The joiner, told of the turns that started or ended since it was last asked."""
@@ -148,11 +151,11 @@ class AgentTelemetry:
             with self._drain_lock:  # one drainer at a time: a turn's start is handed over before its end
                 events = self._turn_events
                 while events:
-                    started, turn, at = events.popleft()
-                    if started:
-                        joiner.turn_started(turn, at)
+                    key, window, at = events.popleft()
+                    if window is not None:
+                        joiner.open_window(key, *window, at)
                     else:
-                        joiner.turn_ended(turn, at)
+                        joiner.close_window(key, at)
         return joiner
 
     def attach(self, on_facts: Callable[[bool, bool], None]) -> None:
