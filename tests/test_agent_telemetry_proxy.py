@@ -155,6 +155,22 @@ async def test_two_sessions_at_once_without_a_session_attribute_left_alone_and_l
         assert chat["parent"] in {m["span_id"] for m in models} and not chat["links"]
 
 
+async def test_forwarded_over_grpc_when_the_proxy_exports_grpc() -> None:
+    from otlp_grpc_receiver import GrpcOtlpReceiver
+
+    with GrpcOtlpReceiver() as backend:
+        env = base_env(**backend.exporter_env(), OTEL_METRICS_EXPORTER="none", OTEL_LOGS_EXPORTER="none")
+        async with proxied_client(OTEL_AGENT, env, ["--service-name", "proxy", "--agent-telemetry"]) as run:
+            session_id = await open_session(run.conn)
+            await prompt(run.conn, session_id, "hi")
+        assert run.returncode == 0, run.stderr
+        spans = backend.wait_for(lambda got: any(s.name == "shutdown" for s in got))
+    turn = next(s for s in spans if s.service_name == "proxy" and s.name.startswith("session/prompt"))
+    model = next(s for s in spans if s.name == "invoke_model")
+    assert (model.trace_id, model.parent_span_id) == (turn.trace_id, turn.span_id)
+    assert model.resource_attributes.get("acp.relay.service.name") == "proxy"
+
+
 async def test_export_to_a_dead_endpoint_is_said_once_in_the_exit_line() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
