@@ -185,6 +185,20 @@ async def test_export_to_a_dead_endpoint_is_said_once_in_the_exit_line() -> None
     assert "of the agent's spans not forwarded to " + dead in lines[0] and "nothing is listening there" in lines[0]
 
 
+def test_the_option_is_off_unless_the_flag_or_the_variable_turns_it_on() -> None:
+    from acp_otel._proxy.options import options_from_args
+    from acp_otel.cli import build_parser
+
+    def parsed(flags: list[str], environ: dict[str, str]) -> bool:
+        return options_from_args(build_parser().parse_args(["proxy", *flags, "--", "agent"]), environ).agent_telemetry
+
+    assert parsed([], {}) is False
+    assert parsed([], {"OTEL_PYTHON_ACP_AGENT_TELEMETRY": "on"}) is True
+    assert parsed([], {"OTEL_PYTHON_ACP_AGENT_TELEMETRY": "off"}) is False
+    assert parsed(["--agent-telemetry"], {}) is True
+    assert parsed(["--no-agent-telemetry"], {"OTEL_PYTHON_ACP_AGENT_TELEMETRY": "on"}) is False
+
+
 # ---------------------------------------------------------------------- the receiver over a real socket
 
 
