@@ -174,10 +174,15 @@ class AgentTelemetry:
 
     def _sink(self, signal: str, message: Any) -> None:
         joiner = self._joiner_now()
-        if signal == "traces" and joiner is not None:
-            joiner.join_spans(message)
-        elif signal == "logs" and joiner is not None:
-            joiner.join_logs(message)
+        try:
+            if signal == "traces" and joiner is not None:
+                joiner.join_spans(message)
+            elif signal == "logs" and joiner is not None:
+                joiner.join_logs(message)
+        except Exception:  # (a hostile nesting, say) forwarded as far as it was joined
+            import logging
+
+            logging.getLogger("acp_otel").debug("acp_otel proxy: could not join the agent's %s", signal, exc_info=True)
         self._forward(signal, message)
 
     def _forward(self, signal: str, message: Any) -> None:

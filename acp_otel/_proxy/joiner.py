@@ -41,8 +41,9 @@ HOLD_S = 5.0
 5 s by default, so a parent that ends later arrives in the next batch)."""
 MAX_HELD = 4096
 """Spans held at once; past this the oldest is released as it came."""
-MAX_KNOWN = 200_000
-"""Spans whose fate is remembered (for their children and logs); the oldest are forgotten first."""
+MAX_KNOWN = 50_000
+"""Spans whose fate is remembered (for their children and logs: some 12 MB at most); the oldest are forgotten
+first."""
 MAX_TURNS = 1024
 """Turn windows remembered (closed ones are forgotten oldest first)."""
 SESSION_KEYS = ("gen_ai.conversation.id", "session.id", "acp.session.id")
@@ -181,26 +182,31 @@ class Joiner:
             released: list[_Held] = []
             deciding: set[_Key] = set()
 
-            def decide(key: _Key) -> None:
-                if key in self._fate or key in held_now:
-                    return
-                span = batch[key][0]
-                parent_key: _Key = (span.trace_id, span.parent_span_id)
-                if span.parent_span_id and parent_key in batch and parent_key not in deciding:
-                    deciding.add(key)
-                    decide(parent_key)
-                if span.parent_span_id and parent_key in held_now:
-                    self._hold(key, *batch[key])
-                    held_now.add(key)
-                    return
-                if not self._decide(span):
-                    self._hold(key, *batch[key])
-                    held_now.add(key)
-                    return
-                released.extend(self._settled(key))
-
-            for key in batch:
-                decide(key)
+            for first in batch:  # parents before children, without recursion (nesting may be deep)
+                stack = [first]
+                while stack:
+                    key = stack[-1]
+                    if key in self._fate or key in held_now:
+                        stack.pop()
+                        continue
+                    span = batch[key][0]
+                    parent_key: _Key = (span.trace_id, span.parent_span_id)
+                    if (
+                        span.parent_span_id
+                        and parent_key in batch
+                        and parent_key not in self._fate
+                        and parent_key not in held_now
+                        and parent_key not in deciding  # a cycle of parents (hostile): decided as it stands
+                    ):
+                        deciding.add(key)
+                        stack.append(parent_key)
+                        continue
+                    stack.pop()
+                    if (span.parent_span_id and parent_key in held_now) or not self._decide(span):
+                        self._hold(key, *batch[key])
+                        held_now.add(key)
+                    else:
+                        released.extend(self._settled(key))
             if held_now:
                 for resource_spans in request.resource_spans:
                     for scope_spans in resource_spans.scope_spans:
