@@ -13,7 +13,9 @@ same time and measured interleaved, in a rotating order, round after round:
 * ``plain-relay``  editor -> a process that only copies bytes both ways -> agent;
 * ``proxy-off``    editor -> ``acp-otel proxy`` with its telemetry off (``OTEL_TRACES_EXPORTER=none``,
   ``OTEL_METRICS_EXPORTER=none``) -> agent;
-* ``proxy-traced`` editor -> ``acp-otel proxy`` exporting OTLP/HTTP to a receiver on loopback -> agent.
+* ``proxy-traced`` editor -> ``acp-otel proxy`` exporting OTLP/HTTP to a receiver on loopback -> agent;
+* ``proxy-agent-tel`` the same with ``--agent-telemetry`` (the agent's own telemetry received, joined, forwarded;
+  the echo agent exports none, so this is the option's cost on the relay and the turns).
 
 Each request carries an ``_meta`` object, as a traced editor's would.
 
@@ -21,9 +23,10 @@ Start-up, as an editor sees it: from starting the command to the answer of its `
 agent and for each real agent installed (Qwen Code and Claude Code's adapter from ``tests/real_agents``, after
 ``npm install --no-save`` there; Gemini CLI when ``@google/gemini-cli`` is installed there or ``gemini`` is on
 ``PATH``), each started offline (private ``HOME``, model endpoints on a closed loopback port: ``initialize``
-needs no model). Three ways, interleaved in a rotating order, round after round: ``direct``,
-``plain-relay`` (``_plain_relay.py``: spawns the agent first thing, then copies bytes both ways) and ``proxy``
-(traced, exporting to the loopback receiver; the same ``OTEL_*`` environment reaches all three). After each
+needs no model). Four ways, interleaved in a rotating order, round after round: ``direct``,
+``plain-relay`` (``_plain_relay.py``: spawns the agent first thing, then copies bytes both ways), ``proxy``
+(traced, exporting to the loopback receiver; the same ``OTEL_*`` environment reaches all of them) and
+``proxy-agent-tel`` (the proxy with ``--agent-telemetry``). After each
 start the agent's process group is killed. Medians are printed with the bound the proxy is held to: at most
 twice what the plain relay adds, or 30 ms, whichever is larger. Nothing is asserted.
 """
@@ -125,6 +128,7 @@ def measure_round_trips(rounds: int, per_round: int, sink_env: dict[str, str]) -
         Connection("plain-relay", [*PLAIN, *ECHO], _env()),
         Connection("proxy-off", [*PROXY, *ECHO], _env(OTEL_TRACES_EXPORTER="none", OTEL_METRICS_EXPORTER="none")),
         Connection("proxy-traced", [*PROXY, *ECHO], _env(**sink_env)),
+        Connection("proxy-agent-tel", [*PROXY[:-1], "--agent-telemetry", "--", *ECHO], _env(**sink_env)),
     ]
     try:
         for conn in connections:  # warm up: imports done, first spans exported
@@ -146,7 +150,7 @@ INITIALIZE = (
     b'"clientCapabilities":{"fs":{"readTextFile":false,"writeTextFile":false},"terminal":false}}}\n'
 )
 REAL_AGENTS = REPO + "/tests/real_agents/node_modules"
-START_VARIANTS = ("direct", "plain-relay", "proxy")
+START_VARIANTS = ("direct", "plain-relay", "proxy", "proxy-agent-tel")
 
 
 def _closed_port() -> int:
@@ -241,8 +245,14 @@ def measure_start_up(rounds: int, sink_env: dict[str, str], smoke: bool) -> dict
         for r in range(rounds + 1):  # the first round warms the caches and is not counted
             for name, command, agent_env in agents:
                 env = {**_env(**sink_env), **agent_env}
-                variants = {"direct": command, "plain-relay": [*PLAIN, *command], "proxy": [*PROXY_START, *command]}
-                order = START_VARIANTS[r % 3 :] + START_VARIANTS[: r % 3]
+                variants = {
+                    "direct": command,
+                    "plain-relay": [*PLAIN, *command],
+                    "proxy": [*PROXY_START, *command],
+                    "proxy-agent-tel": [*PROXY_START[:-1], "--agent-telemetry", "--", *command],
+                }
+                turn = r % len(START_VARIANTS)
+                order = START_VARIANTS[turn:] + START_VARIANTS[:turn]
                 for variant in order:
                     try:
                         elapsed = _start_once(variants[variant], env)
@@ -257,18 +267,23 @@ def measure_start_up(rounds: int, sink_env: dict[str, str], smoke: bool) -> dict
 def report_trips(trips: dict[str, list[float]], per_round: int) -> None:
     rounds = len(trips["direct"])
     print(f"round trip (median of {per_round} per round, {rounds} rounds interleaved), milliseconds")
-    print(f"{'variant':<14} {'median':>8} {'min':>8} {'max':>8} {'added vs direct':>16}")
+    print(f"{'variant':<15} {'median':>8} {'min':>8} {'max':>8} {'added vs direct':>16}")
     direct = statistics.median(trips["direct"])
     added: dict[str, float] = {}
     for name, samples in trips.items():
         median = statistics.median(samples)
         added[name] = median - direct
         extra = "" if name == "direct" else _ms(added[name])
-        print(f"{name:<14} {_ms(median)} {_ms(min(samples))} {_ms(max(samples))} {extra:>16}")
+        print(f"{name:<15} {_ms(median)} {_ms(min(samples))} {_ms(max(samples))} {extra:>16}")
     plain = added["plain-relay"]
     if plain > 0:
-        for name in ("proxy-off", "proxy-traced"):
+        for name in ("proxy-off", "proxy-traced", "proxy-agent-tel"):
             print(f"{name} adds {added[name] / plain:.2f}x what the plain relay adds")
+    traced = statistics.median(trips["proxy-traced"])
+    with_option = statistics.median(trips["proxy-agent-tel"])
+    print(
+        f"--agent-telemetry: round trip {100 * (with_option - traced) / traced:+.1f} % over proxy-traced (bound +10 %)"
+    )
 
 
 def report_start(start: dict[str, dict[str, list[float]]]) -> None:
@@ -287,6 +302,9 @@ def report_start(start: dict[str, dict[str, list[float]]]) -> None:
             f"{_ms(plain_adds):>11} {_ms(proxy_adds):>11} {_ms(bound):>9} {verdict} "
             f"(n={len(samples['direct'])})"
         )
+        option_adds = medians["proxy-agent-tel"] - medians["proxy"]
+        verdict = "within" if option_adds <= 0.020 else "OVER"
+        print(f"{'':<18} --agent-telemetry adds {_ms(option_adds)} ms to the proxy's start-up (bound 20 ms) {verdict}")
 
 
 def main() -> None:

@@ -155,6 +155,22 @@ async def test_two_sessions_at_once_without_a_session_attribute_left_alone_and_l
         assert chat["parent"] in {m["span_id"] for m in models} and not chat["links"]
 
 
+async def test_forwarded_over_grpc_when_the_proxy_exports_grpc() -> None:
+    from otlp_grpc_receiver import GrpcOtlpReceiver
+
+    with GrpcOtlpReceiver() as backend:
+        env = base_env(**backend.exporter_env(), OTEL_METRICS_EXPORTER="none", OTEL_LOGS_EXPORTER="none")
+        async with proxied_client(OTEL_AGENT, env, ["--service-name", "proxy", "--agent-telemetry"]) as run:
+            session_id = await open_session(run.conn)
+            await prompt(run.conn, session_id, "hi")
+        assert run.returncode == 0, run.stderr
+        spans = backend.wait_for(lambda got: any(s.name == "shutdown" for s in got))
+    turn = next(s for s in spans if s.service_name == "proxy" and s.name.startswith("session/prompt"))
+    model = next(s for s in spans if s.name == "invoke_model")
+    assert (model.trace_id, model.parent_span_id) == (turn.trace_id, turn.span_id)
+    assert model.resource_attributes.get("acp.relay.service.name") == "proxy"
+
+
 async def test_export_to_a_dead_endpoint_is_said_once_in_the_exit_line() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -167,6 +183,20 @@ async def test_export_to_a_dead_endpoint_is_said_once_in_the_exit_line() -> None
     lines = [line for line in run.stderr.splitlines() if line.startswith("acp-otel proxy: telemetry:")]
     assert len(lines) == 1, run.stderr
     assert "of the agent's spans not forwarded to " + dead in lines[0] and "nothing is listening there" in lines[0]
+
+
+def test_the_option_is_off_unless_the_flag_or_the_variable_turns_it_on() -> None:
+    from acp_otel._proxy.options import options_from_args
+    from acp_otel.cli import build_parser
+
+    def parsed(flags: list[str], environ: dict[str, str]) -> bool:
+        return options_from_args(build_parser().parse_args(["proxy", *flags, "--", "agent"]), environ).agent_telemetry
+
+    assert parsed([], {}) is False
+    assert parsed([], {"OTEL_PYTHON_ACP_AGENT_TELEMETRY": "on"}) is True
+    assert parsed([], {"OTEL_PYTHON_ACP_AGENT_TELEMETRY": "off"}) is False
+    assert parsed(["--agent-telemetry"], {}) is True
+    assert parsed(["--no-agent-telemetry"], {"OTEL_PYTHON_ACP_AGENT_TELEMETRY": "on"}) is False
 
 
 # ---------------------------------------------------------------------- the receiver over a real socket
@@ -306,10 +336,12 @@ def test_joiner_holds_a_span_whose_parent_may_move_until_the_parent_comes_or_the
     assert sorted(_ids(second)) == sorted(
         [(turn_trace, top, turn_span), (turn_trace, late, top), (turn_trace, child, top)]
     )
-    # A span after the turn whose parent never comes: held, then left as it came once the bound is past.
-    third = _request((agent_trace, orphan, missing, 4000))
+    # A span after the turn whose parent never comes: held (the others of its batch go on), then left as it came
+    # once the bound is past.
+    startup = b"\x07" * 8
+    third = _request((agent_trace, startup, b"", 500), (agent_trace, orphan, missing, 4000))
     joiner.join_spans(third)
-    assert _ids(third) == [] and joiner.release() is None
+    assert _ids(third) == [(agent_trace, startup, b"")] and joiner.release() is None
     clock.now = 5.0
     assert _ids(joiner.release()) == [(agent_trace, orphan, missing)]
     assert joiner.held() == 0

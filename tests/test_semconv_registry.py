@@ -72,6 +72,7 @@ NOT_IN_THIS_RUN = {
     "acp.error.detail": "a handler that raised, with capture: test_core.py",
     "acp.turn.ended_by": "a turn without its answer: test_agent_v2.py",
     "acp.session.update.dropped.count": "events beyond max_events_per_span: test_notification_spans.py",
+    "acp.relay.service.name": "the agent's own telemetry forwarded by the proxy: test_agent_telemetry_proxy.py",
     **{
         f"acp.usage.last_call.{n}": "an agent that reports its last model call: test_agent_profiles.py"
         for n in (

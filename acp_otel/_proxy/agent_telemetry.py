@@ -15,6 +15,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from collections import deque
 
 TYPE_CHECKING = False  # not typing's: imported before the agent starts (type checkers see True)
 if TYPE_CHECKING:
@@ -22,6 +23,8 @@ if TYPE_CHECKING:
     from typing import Any
 
 RELEASE_EVERY_S = 0.5  # how often held spans past their hold bound are looked for
+WAKE_S = 0.1  # how often the receiver, before its first connection, looks whether the agent has exited
+MAX_TURN_EVENTS = 10_000  # turn starts and ends waiting for the joiner (past this the oldest are forgotten)
 
 
 def bind() -> socket.socket | None:
@@ -47,8 +50,11 @@ class AgentTelemetry:
         self._relay_name = relay_name
         self.capture_content = capture_content
         self._command = command
-        self._lock = threading.Lock()
-        self._early: list[tuple[str, Any, int]] = []  # turn events before the joiner was ready
+        # The turns' starts and ends, appended by the relay's threads (never blocked: a deque's append takes no
+        # lock of ours) and handed to the joiner before each request it joins, and every RELEASE_EVERY_S.
+        self._turn_events: deque[tuple[int, Any, int]] = deque(maxlen=MAX_TURN_EVENTS)
+        self._drain_lock = threading.Lock()
+        self._telemetry: Any = False  # the profile's AgentTelemetry, looked up once (False: not yet)
         self._joiner: Any = None
         self._forwarder: Any = None
         self._receiver: Any = None
@@ -58,6 +64,7 @@ class AgentTelemetry:
         self._on_facts: Callable[[bool, bool], None] | None = None
         self._ready = threading.Event()
         self._stop = threading.Event()
+        self._closing = threading.Event()  # the agent has exited
         self._reported = False
         self._finishing: threading.Thread | None = None
         self._deadline = 0.0
@@ -72,6 +79,14 @@ class AgentTelemetry:
         import logging
 
         try:
+            # Nothing is imported until the agent connects: its start-up keeps the CPU, and an agent that never
+            # exports costs a socket. Early connections wait in the kernel's backlog.
+            import select
+
+            while not select.select([self.listener], [], [], WAKE_S)[0]:
+                if self._closing.is_set():  # the agent exited without connecting
+                    self.listener.close()
+                    return
             from .forwarder import Forwarder, forwarded_signals
             from .joiner import Joiner
             from .receiver import Receiver
@@ -81,20 +96,12 @@ class AgentTelemetry:
             self._signals = forwarded_signals()
             self._forwarder = Forwarder()
             self._scrub = _scrubbers()
-            with self._lock:
-                for what, turn, at in self._early:
-                    if what == "start":
-                        joiner.turn_started(turn, at)
-                    else:
-                        joiner.turn_ended(turn, at)
-                self._early.clear()
-                self._joiner = joiner
+            self._joiner = joiner
             self._receiver = Receiver(self.listener, self._sink)
             threading.Thread(target=self._release_loop, name="acp-otel-agent-release", daemon=True).start()
         except Exception:
             logging.getLogger("acp_otel").debug("acp_otel proxy: the agent's telemetry receiver failed", exc_info=True)
-            with self._lock:
-                self._joiner = None
+            self._joiner = None
             self.listener.close()
         finally:
             self._ready.set()
@@ -106,15 +113,18 @@ class AgentTelemetry:
 
     def profile_telemetry(self) -> Any:
         """What the profile the agent's command names says of its own telemetry (``None``: nothing known)."""
-        try:
-            from .._agent_profiles import identify, telemetry_of
-            from .._child_env import command_name
+        if self._telemetry is False:
+            self._telemetry = None
+            try:
+                from .._agent_profiles import identify, telemetry_of
+                from .._child_env import command_name
 
-            profile = identify(command_name(self._command))
-            self._profile_name = profile.key if profile is not None else None
-            return telemetry_of(profile)
-        except Exception:
-            return None
+                profile = identify(command_name(self._command))
+                self._profile_name = profile.key if profile is not None else None
+                self._telemetry = telemetry_of(profile)
+            except Exception:
+                pass
+        return self._telemetry
 
     def extra_trace_keys(self) -> tuple[str, ...]:
         """The ``_meta`` keys the agent takes a trace parent from (its profile's), written without being asked:
@@ -124,25 +134,29 @@ class AgentTelemetry:
     # ------------------------------------------------------------------ the engine's side
 
     def turn_started(self, turn: Any) -> None:
-        """The engine's turn observer: a turn began."""
-        self._turn("start", turn)
+        """The engine's turn observer: a turn began (runs in a relay thread: only noted here, without the turn)."""
+        context = turn.span.get_span_context()
+        if context.is_valid:
+            window = (context.trace_id, context.span_id, turn.session_id)
+            self._turn_events.append((id(turn), window, time.time_ns()))
 
     def turn_ended(self, turn: Any) -> None:
         """The engine's turn observer: a turn ended."""
-        self._turn("end", turn)
+        self._turn_events.append((id(turn), None, time.time_ns()))
 
-    def _turn(self, what: str, turn: Any) -> None:
-        at = time.time_ns()
-        with self._lock:
-            joiner = self._joiner
-            if joiner is None:
-                if not self._ready.is_set():
-                    self._early.append((what, turn, at))
-                return
-        if what == "start":
-            joiner.turn_started(turn, at)
-        else:
-            joiner.turn_ended(turn, at)
+    def _joiner_now(self) -> Any:
+        """The joiner, told of the turns that started or ended since it was last asked."""
+        joiner = self._joiner
+        if joiner is not None and self._turn_events:
+            with self._drain_lock:  # one drainer at a time: a turn's start is handed over before its end
+                events = self._turn_events
+                while events:
+                    key, window, at = events.popleft()
+                    if window is not None:
+                        joiner.open_window(key, *window, at)
+                    else:
+                        joiner.close_window(key, at)
+        return joiner
 
     def attach(self, on_facts: Callable[[bool, bool], None]) -> None:
         """``on_facts(tools, usage)``: tell the engine the agent reports its tool calls / usage itself. Told at
@@ -159,11 +173,16 @@ class AgentTelemetry:
     # ------------------------------------------------------------------ requests
 
     def _sink(self, signal: str, message: Any) -> None:
-        joiner = self._joiner
-        if signal == "traces" and joiner is not None:
-            joiner.join_spans(message)
-        elif signal == "logs" and joiner is not None:
-            joiner.join_logs(message)
+        joiner = self._joiner_now()
+        try:
+            if signal == "traces" and joiner is not None:
+                joiner.join_spans(message)
+            elif signal == "logs" and joiner is not None:
+                joiner.join_logs(message)
+        except Exception:  # (a hostile nesting, say) forwarded as far as it was joined
+            import logging
+
+            logging.getLogger("acp_otel").debug("acp_otel proxy: could not join the agent's %s", signal, exc_info=True)
         self._forward(signal, message)
 
     def _forward(self, signal: str, message: Any) -> None:
@@ -182,7 +201,7 @@ class AgentTelemetry:
             self._release(False)
 
     def _release(self, everything: bool) -> None:
-        joiner = self._joiner
+        joiner = self._joiner_now()
         if joiner is None:
             return
         request = joiner.release(everything)
@@ -200,6 +219,7 @@ class AgentTelemetry:
 
     def finish(self, deadline: float) -> None:
         """The agent has exited: stop receiving, release every held span and forward until ``deadline``."""
+        self._closing.set()
         self._ready.wait(max(0.0, deadline - time.monotonic()))
         self._stop.set()
         if self._receiver is not None:

@@ -41,8 +41,9 @@ HOLD_S = 5.0
 5 s by default, so a parent that ends later arrives in the next batch)."""
 MAX_HELD = 4096
 """Spans held at once; past this the oldest is released as it came."""
-MAX_KNOWN = 200_000
-"""Spans whose fate is remembered (for their children and logs); the oldest are forgotten first."""
+MAX_KNOWN = 50_000
+"""Spans whose fate is remembered (for their children and logs: some 12 MB at most); the oldest are forgotten
+first."""
 MAX_TURNS = 1024
 """Turn windows remembered (closed ones are forgotten oldest first)."""
 SESSION_KEYS = ("gen_ai.conversation.id", "session.id", "acp.session.id")
@@ -121,30 +122,38 @@ class Joiner:
     # ------------------------------------------------------------------ turns (the engine's turn observer)
 
     def turn_started(self, turn: Any, at_ns: int | None = None) -> None:
-        """A turn began, at ``at_ns`` (wall clock; now when ``None``)."""
+        """A turn (:class:`~acp_otel._turn_state.Turn`) began, at ``at_ns`` (wall clock; now when ``None``)."""
         context = turn.span.get_span_context()
-        if not context.is_valid:
-            return
-        trace_id, span_id = context.trace_id.to_bytes(16, "big"), context.span_id.to_bytes(8, "big")
-        window = TurnWindow(trace_id, span_id, turn.session_id, time.time_ns() if at_ns is None else at_ns)
+        if context.is_valid:
+            now = time.time_ns() if at_ns is None else at_ns
+            self.open_window(id(turn), context.trace_id, context.span_id, turn.session_id, now)
+
+    def turn_ended(self, turn: Any, at_ns: int | None = None) -> None:
+        """A turn ended, at ``at_ns`` (wall clock; now when ``None``)."""
+        self.close_window(id(turn), time.time_ns() if at_ns is None else at_ns)
+
+    def open_window(self, key: int, trace_id: int, span_id: int, session_id: str, at_ns: int) -> None:
+        """The turn ``key`` (whose span has these ids) began at ``at_ns``."""
+        trace_bytes = trace_id.to_bytes(16, "big")
+        window = TurnWindow(trace_bytes, span_id.to_bytes(8, "big"), session_id, at_ns)
         with self._lock:
             self._turns.append(window)
-            self._turn_traces.add(trace_id)
-            self._by_turn[id(turn)] = window
+            self._turn_traces.add(trace_bytes)
+            self._by_turn[key] = window
             if len(self._turns) > MAX_TURNS:
                 closed = next((w for w in self._turns if w.end_ns is not None), self._turns[0])
                 self._turns.remove(closed)
                 self._turn_traces.discard(closed.trace_id)
-                for key, value in list(self._by_turn.items()):
+                for turn_key, value in list(self._by_turn.items()):
                     if value is closed:
-                        del self._by_turn[key]
+                        del self._by_turn[turn_key]
 
-    def turn_ended(self, turn: Any, at_ns: int | None = None) -> None:
-        """A turn ended, at ``at_ns`` (wall clock; now when ``None``)."""
+    def close_window(self, key: int, at_ns: int) -> None:
+        """The turn ``key`` ended at ``at_ns``."""
         with self._lock:
-            window = self._by_turn.pop(id(turn), None)
+            window = self._by_turn.pop(key, None)
             if window is not None:
-                window.end_ns = time.time_ns() if at_ns is None else at_ns
+                window.end_ns = at_ns
 
     def windows(self) -> list[TurnWindow]:
         """The turns known (a copy)."""
@@ -173,26 +182,31 @@ class Joiner:
             released: list[_Held] = []
             deciding: set[_Key] = set()
 
-            def decide(key: _Key) -> None:
-                if key in self._fate or key in held_now:
-                    return
-                span = batch[key][0]
-                parent_key: _Key = (span.trace_id, span.parent_span_id)
-                if span.parent_span_id and parent_key in batch and parent_key not in deciding:
-                    deciding.add(key)
-                    decide(parent_key)
-                if span.parent_span_id and parent_key in held_now:
-                    self._hold(key, *batch[key])
-                    held_now.add(key)
-                    return
-                if not self._decide(span):
-                    self._hold(key, *batch[key])
-                    held_now.add(key)
-                    return
-                released.extend(self._settled(key))
-
-            for key in batch:
-                decide(key)
+            for first in batch:  # parents before children, without recursion (nesting may be deep)
+                stack = [first]
+                while stack:
+                    key = stack[-1]
+                    if key in self._fate or key in held_now:
+                        stack.pop()
+                        continue
+                    span = batch[key][0]
+                    parent_key: _Key = (span.trace_id, span.parent_span_id)
+                    if (
+                        span.parent_span_id
+                        and parent_key in batch
+                        and parent_key not in self._fate
+                        and parent_key not in held_now
+                        and parent_key not in deciding  # a cycle of parents (hostile): decided as it stands
+                    ):
+                        deciding.add(key)
+                        stack.append(parent_key)
+                        continue
+                    stack.pop()
+                    if (span.parent_span_id and parent_key in held_now) or not self._decide(span):
+                        self._hold(key, *batch[key])
+                        held_now.add(key)
+                    else:
+                        released.extend(self._settled(key))
             if held_now:
                 for resource_spans in request.resource_spans:
                     for scope_spans in resource_spans.scope_spans:
