@@ -22,8 +22,11 @@ import os
 import re
 import shlex
 from collections.abc import Mapping, Sequence
-from typing import Any
 from urllib.parse import unquote
+
+TYPE_CHECKING = False  # not typing's: this module is imported before the agent starts (type checkers see True)
+if TYPE_CHECKING:
+    from typing import Any
 
 ENV_SERVICE_NAME = "OTEL_SERVICE_NAME"
 ENV_RESOURCE_ATTRIBUTES = "OTEL_RESOURCE_ATTRIBUTES"
