@@ -44,6 +44,12 @@ TOOL_REPORT = {
     "qwen": ({"qwen-code.tool"}, "gen_ai.tool.call.id"),
 }
 HAS_METRICS = {"gemini", "qwen"}  # OpenCode exports traces and logs only
+# Where the agent's own spans carry the ACP session id (its profile's session keys): (span name, attribute).
+SESSION_ID = {
+    "gemini": ("llm_call", "gen_ai.conversation.id"),
+    "opencode": ("Tool.execute", "session.id"),
+    "qwen": ("qwen-code.llm_request", "gen_ai.conversation.id"),
+}
 
 
 def _agent(name: str, tmp_path: Path, model: ModelServer, tag: str) -> tuple[agents.Agent, Path]:
@@ -203,6 +209,9 @@ async def test_agent_telemetry_on(name: str, tmp_path: Path, model: ModelServer,
     check(all(_under(s, turn, index) for s in in_turn), "the model calls under the turn span", in_turn)
     if name in ("gemini", "qwen"):  # their model-call spans carry the tokens
         check(all("gen_ai.usage.input_tokens" in s.attributes for s in in_turn), "tokens on the model calls", in_turn)
+    span_name, key = SESSION_ID[name]
+    sessions = {s.attributes.get(key) for s in spans if s.name == span_name and s.service != PROXY_SERVICE}
+    check(sessions == {run.session_id}, "the ACP session id on the agent's spans", [sessions, run.session_id])
     check(all(h.get("x-backend-key") == secret for _, h in sink.headers), "the backend header on every export")
     _no_backend_settings(check, environs, secret)
     receivers = {env.get("OTEL_EXPORTER_OTLP_ENDPOINT") for env in environs}
