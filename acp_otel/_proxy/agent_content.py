@@ -13,7 +13,7 @@ message. Each removal counts one.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, MutableSequence
+from collections.abc import MutableSequence
 
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -139,7 +139,7 @@ def _scrub_body(record: LogRecord, message_only: bool) -> int:
     if not message_only:
         return 0
     body = record.body
-    if body.HasField("string_value"):  # a message alone
+    if body.WhichOneof("value") in (None, "string_value"):  # nothing, or a message alone
         return 0
     values = body.array_value.values if body.HasField("array_value") else ()
     message = next((v.string_value for v in values if v.HasField("string_value")), "")
@@ -150,8 +150,3 @@ def _scrub_body(record: LogRecord, message_only: bool) -> int:
     else:
         record.ClearField("body")
     return 1
-
-
-def content_keys(profile_name: str | None) -> Iterable[str]:
-    """The attribute keys taken for content for an agent (the conventions' and its own), for the docs and tests."""
-    return sorted(CONVENTION_KEYS | AGENT_KEYS.get(profile_name or "", frozenset()))
