@@ -128,8 +128,10 @@ PROFILES: tuple[AgentProfile, ...] = (
                 ("OTEL_LOG_TOOL_CONTENT", "1", "0"),
             ),
             session_id_keys=("session.id",),
-            emits="metrics and log events; spans (`claude_code.interaction`, `claude_code.llm_request`, "
-            "`claude_code.tool`) with its enhanced-telemetry switch",
+            seen=True,
+            emits="log events (`user_prompt`, `api_request` with tokens and cost per model call, `tool_decision`, "
+            "`tool_result`) and metrics; its spans (`claude_code.interaction`, `claude_code.llm_request`, "
+            "`claude_code.tool`, behind its enhanced-telemetry switch) did not arrive in ACP mode",
             content="prompts (`user_prompt`, else `<REDACTED>`), tool parameters and contents: each behind its "
             "own switch, off by default",
         ),
@@ -263,7 +265,9 @@ PROFILES: tuple[AgentProfile, ...] = (
                 ("OTEL_LOGS_EXPORTER", "otlp"),
                 ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"),  # its default
             ),
-            emits="metrics and log events; traces when `OTEL_TRACES_EXPORTER` names an exporter",
+            seen=True,
+            emits="nothing arrived in ACP mode with these switches (its source has metrics, log events and "
+            "traces behind them)",
         ),
     ),
     AgentProfile(
