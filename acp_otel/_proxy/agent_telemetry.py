@@ -62,6 +62,7 @@ class AgentTelemetry:
         self._scrub: tuple[Any, Any] | None = None
         self._profile_name: str | None = None
         self._on_facts: Callable[[bool, bool], None] | None = None
+        self._engine_profile: Callable[[], Any] | None = None
         self._ready = threading.Event()
         self._stop = threading.Event()
         self._closing = threading.Event()  # the agent has exited
@@ -107,8 +108,18 @@ class AgentTelemetry:
             self._ready.set()
 
     def _profile_keys(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        """The span attributes the agent's profile says carry the session id and tool call id (if it says)."""
+        """The span attributes the agent's profile says carry the session id and tool call id (if it says): the
+        profile the engine settled on (``initialize``'s ``agentInfo``, by the agent's first export), else the
+        command's."""
         telemetry = self.profile_telemetry()
+        try:
+            profile = self._engine_profile() if self._engine_profile is not None else None
+            if profile is not None and getattr(profile, "key", "none") != "none":  # UNKNOWN's key
+                from .._agent_profiles import telemetry_of
+
+                telemetry, self._profile_name = telemetry_of(profile), profile.key
+        except Exception:
+            pass
         return tuple(getattr(telemetry, "session_id_keys", ())), tuple(getattr(telemetry, "tool_call_id_keys", ()))
 
     def profile_telemetry(self) -> Any:
@@ -158,10 +169,12 @@ class AgentTelemetry:
                         joiner.close_window(key, at)
         return joiner
 
-    def attach(self, on_facts: Callable[[bool, bool], None]) -> None:
+    def attach(self, on_facts: Callable[[bool, bool], None], profile: Callable[[], Any] | None = None) -> None:
         """``on_facts(tools, usage)``: tell the engine the agent reports its tool calls / usage itself. Told at
-        once when the agent's profile says so (an agent seen doing it here); otherwise once its spans show it."""
+        once when the agent's profile says so (an agent seen doing it here); otherwise once its spans show it.
+        ``profile()``: the agent's profile as the engine knows it."""
         self._on_facts = on_facts
+        self._engine_profile = profile
         telemetry = self.profile_telemetry()
         if telemetry is not None and telemetry.seen and (telemetry.reports_tool_calls or telemetry.reports_usage):
             on_facts(bool(telemetry.reports_tool_calls), bool(telemetry.reports_usage))

@@ -344,8 +344,13 @@ def _observe(agent: Any, engine: Any, message_tracer: Any) -> None:
         with message_tracer.lock:
             engine.note_agent_reports(message_tracer.peer, tools=tools, usage=usage)
 
+    def profile() -> Any:
+        with message_tracer.lock:
+            state = engine.peer_state(message_tracer.peer)
+            return state.profile if state is not None else None
+
     engine.observe_turns(agent)
-    agent.attach(on_facts)
+    agent.attach(on_facts, profile)
 
 
 def _no_ids(_trace_id: int | None, _span_id: int | None) -> None:
