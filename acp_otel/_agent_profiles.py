@@ -13,9 +13,10 @@ checks that table against this module).
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass
 from typing import Any
+
+from ._agent_switches import ALIASES, CONTENT_SWITCHES, SWITCHES, normalized
 
 # Where a tool call's name is when ACP's own ``name`` is absent: the first title taken whole when it is a plain
 # identifier (``read``), or the identifier it starts with, alone or before a ``:`` (``ReadFile: notes.txt``).
@@ -38,8 +39,6 @@ META_CLAUDE_CODE_TOOL_NAME = ("claudeCode", "toolName")
 META_TOOL_NAME = ("toolName",)
 
 
-# The value of a telemetry switch that stands for the proxy's receiver (``http://127.0.0.1:<port>``).
-ENDPOINT = "{endpoint}"
 QWEN_TRACE_KEYS = ("qwen.telemetry.traceparent", "qwen.telemetry.tracestate")
 
 
@@ -48,10 +47,9 @@ class AgentTelemetry:
     """An agent's own OpenTelemetry: how ``acp-otel proxy --agent-telemetry`` switches it on, and what its spans
     say (docs/agent-telemetry.md has the table). Names are from each agent's source at the profile's version."""
 
-    # Variables that switch its export on, to the proxy's receiver (:data:`ENDPOINT` in a value stands for it);
-    # set beside the standard ``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``_PROTOCOL`` / ``OTEL_SERVICE_NAME``.
+    # Variables that switch its export on, to the proxy's receiver, and its content switches
+    # (:mod:`acp_otel._agent_switches`, which the proxy reads before it starts the agent).
     switches: tuple[tuple[str, str], ...] = ()
-    # Its content switches: (variable, value when the proxy captures content, value when it does not).
     content_switches: tuple[tuple[str, str, str], ...] = ()
     # Span attribute keys that hold the ACP session id / the ACP tool call id in its own spans, tried in order.
     session_id_keys: tuple[str, ...] = ()
@@ -108,25 +106,15 @@ PROFILES: tuple[AgentProfile, ...] = (
     AgentProfile(
         key="claude-code",
         title="Claude Code's ACP adapter",
-        aliases=("claude-agent-acp", "claude-code-acp", "claude-code"),
+        aliases=ALIASES["claude-code"],
         verified="npm `@zed-industries/claude-agent-acp` 0.23.1",
         tool_name_meta=(META_CLAUDE_CODE_TOOL_NAME,),
         telemetry="`CLAUDE_CODE_ENABLE_TELEMETRY=1` and `OTEL_*`; reads `TRACEPARENT` from its environment in SDK mode",
         sends_tool_name="`_meta.claudeCode.toolName` on a later update (`Read`, `Write`, `Bash`)",
         sends_usage="`PromptResponse.usage`, per turn",
         own_telemetry=AgentTelemetry(
-            switches=(
-                ("CLAUDE_CODE_ENABLE_TELEMETRY", "1"),
-                ("CLAUDE_CODE_ENHANCED_TELEMETRY_BETA", "1"),  # its spans (metrics and log events without it)
-                ("OTEL_TRACES_EXPORTER", "otlp"),
-                ("OTEL_METRICS_EXPORTER", "otlp"),
-                ("OTEL_LOGS_EXPORTER", "otlp"),
-            ),
-            content_switches=(
-                ("OTEL_LOG_USER_PROMPTS", "1", "0"),
-                ("OTEL_LOG_TOOL_DETAILS", "1", "0"),
-                ("OTEL_LOG_TOOL_CONTENT", "1", "0"),
-            ),
+            switches=SWITCHES["claude-code"],
+            content_switches=CONTENT_SWITCHES["claude-code"],
             session_id_keys=("session.id",),
             seen=True,
             emits="log events (`user_prompt`, `api_request` with tokens and cost per model call, `tool_decision`, "
@@ -139,7 +127,7 @@ PROFILES: tuple[AgentProfile, ...] = (
     AgentProfile(
         key="codex",
         title="Codex's ACP adapter",
-        aliases=("codex-acp", "codex"),
+        aliases=ALIASES["codex"],
         verified="npm `@zed-industries/codex-acp` 0.16.0",
         telemetry="none over OTLP seen",
         sends_tool_name="none (kind `read`, `execute`)",
@@ -148,7 +136,7 @@ PROFILES: tuple[AgentProfile, ...] = (
     AgentProfile(
         key="kimi-cli",
         title="Kimi Code CLI",
-        aliases=("kimi-code-cli", "kimi-cli", "kimi-code", "kimi"),
+        aliases=ALIASES["kimi-cli"],
         verified="PyPI `kimi-cli` 1.52.0",
         tool_name_titles=TITLE_PREFIX,
         telemetry="`telemetry` in its `config.toml` (none over OTLP); in-process with `opentelemetry-instrument`",
@@ -158,7 +146,7 @@ PROFILES: tuple[AgentProfile, ...] = (
     AgentProfile(
         key="qwen-code",
         title="Qwen Code",
-        aliases=("qwen-code", "qwen"),
+        aliases=ALIASES["qwen-code"],
         verified="npm `@qwen-code/qwen-code` 0.24.4",
         tool_name_meta=(META_TOOL_NAME,),
         trace_keys=QWEN_TRACE_KEYS,
@@ -166,16 +154,8 @@ PROFILES: tuple[AgentProfile, ...] = (
         sends_tool_name="`_meta.toolName` (`read_file`, `run_shell_command`)",
         sends_usage="none in the result (per model call in chunks' `_meta.usage`)",
         own_telemetry=AgentTelemetry(
-            switches=(
-                ("QWEN_TELEMETRY_ENABLED", "true"),
-                ("QWEN_TELEMETRY_TARGET", "local"),
-                ("QWEN_TELEMETRY_OTLP_ENDPOINT", ENDPOINT),
-                ("QWEN_TELEMETRY_OTLP_PROTOCOL", "http"),
-            ),
-            content_switches=(
-                ("QWEN_TELEMETRY_LOG_PROMPTS", "true", "false"),
-                ("QWEN_TELEMETRY_INCLUDE_SENSITIVE_SPAN_ATTRIBUTES", "true", "false"),
-            ),
+            switches=SWITCHES["qwen-code"],
+            content_switches=CONTENT_SWITCHES["qwen-code"],
             session_id_keys=("session.id", "gen_ai.conversation.id"),
             tool_call_id_keys=("gen_ai.tool.call.id", "tool.call_id", "call_id"),
             reports_tool_calls=True,
@@ -192,7 +172,7 @@ PROFILES: tuple[AgentProfile, ...] = (
     AgentProfile(
         key="gemini-cli",
         title="Gemini CLI",
-        aliases=("gemini-cli", "gemini", "google-gemini-cli"),
+        aliases=ALIASES["gemini-cli"],
         verified="npm `@google/gemini-cli` 0.61.0",
         usage=USAGE_AGENT_META,
         usage_meta=("quota", "token_count"),
@@ -201,14 +181,8 @@ PROFILES: tuple[AgentProfile, ...] = (
         sends_tool_name="none (kind only)",
         sends_usage="`_meta.quota.token_count` of the result (`input_tokens`, `output_tokens`)",
         own_telemetry=AgentTelemetry(
-            switches=(
-                ("GEMINI_TELEMETRY_ENABLED", "true"),
-                ("GEMINI_TELEMETRY_TARGET", "local"),
-                ("GEMINI_TELEMETRY_OTLP_ENDPOINT", ENDPOINT),
-                ("GEMINI_TELEMETRY_OTLP_PROTOCOL", "http"),
-                ("GEMINI_TELEMETRY_TRACES_ENABLED", "true"),  # the model-call spans' attributes (tokens)
-            ),
-            content_switches=(("GEMINI_TELEMETRY_LOG_PROMPTS", "true", "false"),),  # its default is true
+            switches=SWITCHES["gemini-cli"],
+            content_switches=CONTENT_SWITCHES["gemini-cli"],
             session_id_keys=("gen_ai.conversation.id", "session.id"),
             reports_usage=True,
             seen=True,
@@ -221,7 +195,7 @@ PROFILES: tuple[AgentProfile, ...] = (
     AgentProfile(
         key="opencode",
         title="OpenCode",
-        aliases=("opencode", "opencode-ai"),
+        aliases=ALIASES["opencode"],
         verified="npm `opencode-ai` 1.18.33",
         tool_name_titles=TITLE_WHOLE,
         usage=USAGE_LAST_CALL,
@@ -241,7 +215,7 @@ PROFILES: tuple[AgentProfile, ...] = (
     AgentProfile(
         key="copilot-cli",
         title="GitHub Copilot CLI",
-        aliases=("copilot", "copilot-cli", "github-copilot", "github-copilot-cli"),
+        aliases=ALIASES["copilot-cli"],
         verified="npm `@github/copilot` 1.0.102",
         usage=USAGE_RUNNING_TOTAL,
         telemetry="GenAI spans only outside ACP mode",
@@ -251,20 +225,14 @@ PROFILES: tuple[AgentProfile, ...] = (
     AgentProfile(
         key="cline",
         title="Cline",
-        aliases=("cline", "cline-cli"),
+        aliases=ALIASES["cline"],
         verified="npm `cline` 3.0.65",
         tool_name_titles=TITLE_PREFIX,
         telemetry="`OTEL_TELEMETRY_ENABLED=1` and `OTEL_*`",
         sends_tool_name="the identifier before the `:` of the first title",
         sends_usage="`PromptResponse.usage`, taken as the turn's",
         own_telemetry=AgentTelemetry(
-            switches=(
-                ("OTEL_TELEMETRY_ENABLED", "1"),
-                ("OTEL_TRACES_EXPORTER", "otlp"),
-                ("OTEL_METRICS_EXPORTER", "otlp"),
-                ("OTEL_LOGS_EXPORTER", "otlp"),
-                ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"),  # its default
-            ),
+            switches=SWITCHES["cline"],
             seen=True,
             emits="nothing arrived in ACP mode with these switches (its source has metrics, log events and "
             "traces behind them)",
@@ -273,7 +241,7 @@ PROFILES: tuple[AgentProfile, ...] = (
     AgentProfile(
         key="fast-agent",
         title="fast-agent",
-        aliases=("fast-agent", "fast-agent-mcp", "fast-agent-acp"),
+        aliases=ALIASES["fast-agent"],
         verified="PyPI `fast-agent-mcp` 0.10.48",
         tool_name_titles=TITLE_WHOLE,
         telemetry="`otel: {enabled, otlp_endpoint}` in its config; in-process with `opentelemetry-instrument`",
@@ -281,14 +249,14 @@ PROFILES: tuple[AgentProfile, ...] = (
         sends_usage="a status text in its own `_meta` (free text: not read)",
         own_telemetry=AgentTelemetry(
             # Its settings from the environment: SECTION__FIELD; the endpoint is the traces URL itself.
-            switches=(("OTEL__ENABLED", "true"), ("OTEL__OTLP_ENDPOINT", ENDPOINT + "/v1/traces")),
+            switches=SWITCHES["fast-agent"],
             emits="traces of its agents and model calls",
         ),
     ),
     AgentProfile(
         key="agentao",
         title="agentao",
-        aliases=("agentao",),
+        aliases=ALIASES["agentao"],
         verified="PyPI `agentao` 0.5.17",
         tool_name_titles=TITLE_WHOLE,
         telemetry="none over OTLP seen",
@@ -298,7 +266,7 @@ PROFILES: tuple[AgentProfile, ...] = (
     AgentProfile(
         key="pi-acp",
         title="pi-acp (pi coding agent)",
-        aliases=("pi-acp", "pi-coding-agent"),
+        aliases=ALIASES["pi-acp"],
         verified="npm `pi-acp` 0.0.34 with `@earendil-works/pi-coding-agent` 1.6.0",
         telemetry="none over OTLP seen",
         sends_tool_name="none (kind only)",
@@ -309,12 +277,7 @@ PROFILES: tuple[AgentProfile, ...] = (
 BY_KEY: dict[str, AgentProfile] = {p.key: p for p in (*PROFILES, UNKNOWN)}
 
 
-def _normalized(name: str) -> str:
-    """``@zed-industries/claude-agent-acp`` -> ``claude-agent-acp``; ``Kimi Code CLI`` -> ``kimi-code-cli``."""
-    return re.sub(r"[^a-z0-9]+", "-", name.rpartition("/")[2].lower()).strip("-")
-
-
-_BY_ALIAS: dict[str, AgentProfile] = {_normalized(a): p for p in PROFILES for a in (p.key, *p.aliases)}
+_BY_ALIAS: dict[str, AgentProfile] = {normalized(a): p for p in PROFILES for a in (p.key, *p.aliases)}
 
 # Presets of the extra_trace_keys setting: the keys the agents that read a trace parent from keys of their own use.
 TRACE_KEY_PRESETS: dict[str, tuple[str, ...]] = {
@@ -327,7 +290,7 @@ def identify(agent_name: Any) -> AgentProfile | None:
     """The profile an ``agentInfo.name`` (or a command's derived name) names, if any."""
     if type(agent_name) is not str or not agent_name:
         return None
-    return _BY_ALIAS.get(_normalized(agent_name[:256]))
+    return _BY_ALIAS.get(normalized(agent_name[:256]))
 
 
 def telemetry_of(profile: AgentProfile | str | None) -> AgentTelemetry:

@@ -139,12 +139,12 @@ def command_name(command: Any) -> str | None:
         return None
     name = service_name_for_command(command[0], command[1:])
     if len(command) > 1 and (_NODE_RE.match(_basename(command[0])) or _PYTHON_RE.match(_basename(command[0]))):
-        from ._agent_profiles import identify  # here: only the proxy's and the engine's look-ups need it
+        from ._agent_switches import key_of  # here: only the proxy's and the engine's look-ups need it
 
-        if identify(name) is None:
+        if key_of(name) is None:
             script = next((a for a in command[1:] if not a.startswith("-")), None)
             package = _package_of_script(script) if script else None
-            if package and identify(package) is not None:
+            if package and key_of(package) is not None:
                 return package
     return name
 
@@ -463,7 +463,7 @@ def proxy_agent_environment(
 
     ``telemetry_endpoint`` (``http://127.0.0.1:<port>``, the proxy's receiver) points the agent's own telemetry
     there: the standard OTLP endpoint and protocol, plus the switches of the agent its command names
-    (:attr:`acp_otel._agent_profiles.AgentProfile.own_telemetry`), replacing what the proxy's environment holds;
+    (:mod:`acp_otel._agent_switches`), replacing what the proxy's environment holds;
     its content switches follow ``capture_content`` (the proxy's content-capture setting). What the command sets
     itself (``env VAR=VALUE agent ...``) is applied by the command after all this, so it wins.
     """
@@ -489,16 +489,16 @@ def proxy_agent_environment(
 def agent_telemetry_variables(command: Sequence[str], endpoint: str, capture_content: bool) -> dict[str, str]:
     """The variables that point an agent's own telemetry at ``endpoint``: the standard ones for any agent, and
     those of the agent ``command`` names (its profile), content switched as ``capture_content`` says."""
-    # Here, not at the top: only with the option on, and _agent_profiles is data about agents, not environments.
-    from ._agent_profiles import ENDPOINT, identify, telemetry_of
+    # Here, not at the top: only with the option on (the agents' data, not the profiles: those import dataclasses).
+    from ._agent_switches import CONTENT_SWITCHES, ENDPOINT, SWITCHES, key_of
 
     variables = {ENV_OTLP_ENDPOINT: endpoint, ENV_OTLP_PROTOCOL: "http/protobuf"}
     if not capture_content:
         variables[ENV_GENAI_CONTENT] = "false"
-    telemetry = telemetry_of(identify(command_name(command)))
-    for name, value in telemetry.switches:
+    key = key_of(command_name(command)) or ""
+    for name, value in SWITCHES.get(key, ()):
         variables[name] = value.replace(ENDPOINT, endpoint)
-    for name, on, off in telemetry.content_switches:
+    for name, on, off in CONTENT_SWITCHES.get(key, ()):
         variables[name] = on if capture_content else off
     return variables
 

@@ -1,0 +1,90 @@
+"""What the proxy needs of the known agents before it starts one: their names, and the environment variables that
+switch each agent's own telemetry on (``--agent-telemetry``). Data only, and cheap to import (``re``): the proxy
+reads it before the agent is started; :mod:`acp_otel._agent_profiles` builds the profiles from it.
+"""
+
+from __future__ import annotations
+
+import re
+
+# The value of a telemetry switch that stands for the proxy's receiver (``http://127.0.0.1:<port>``).
+ENDPOINT = "{endpoint}"
+
+# Per profile key: the ``agentInfo.name`` spellings and command names it goes by (compared normalized).
+ALIASES: dict[str, tuple[str, ...]] = {
+    "claude-code": ("claude-agent-acp", "claude-code-acp", "claude-code"),
+    "codex": ("codex-acp", "codex"),
+    "kimi-cli": ("kimi-code-cli", "kimi-cli", "kimi-code", "kimi"),
+    "qwen-code": ("qwen-code", "qwen"),
+    "gemini-cli": ("gemini-cli", "gemini", "google-gemini-cli"),
+    "opencode": ("opencode", "opencode-ai"),
+    "copilot-cli": ("copilot", "copilot-cli", "github-copilot", "github-copilot-cli"),
+    "cline": ("cline", "cline-cli"),
+    "fast-agent": ("fast-agent", "fast-agent-mcp", "fast-agent-acp"),
+    "agentao": ("agentao",),
+    "pi-acp": ("pi-acp", "pi-coding-agent"),
+}
+
+# Per profile key: the variables that switch its own export on, to the receiver (:data:`ENDPOINT` in a value
+# stands for it), set beside the standard ``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``_PROTOCOL`` / ``OTEL_SERVICE_NAME``.
+# Names from each agent's source at its profile's version (docs/agent-telemetry.md).
+SWITCHES: dict[str, tuple[tuple[str, str], ...]] = {
+    "claude-code": (
+        ("CLAUDE_CODE_ENABLE_TELEMETRY", "1"),
+        ("CLAUDE_CODE_ENHANCED_TELEMETRY_BETA", "1"),  # its spans (metrics and log events without it)
+        ("OTEL_TRACES_EXPORTER", "otlp"),
+        ("OTEL_METRICS_EXPORTER", "otlp"),
+        ("OTEL_LOGS_EXPORTER", "otlp"),
+    ),
+    "qwen-code": (
+        ("QWEN_TELEMETRY_ENABLED", "true"),
+        ("QWEN_TELEMETRY_TARGET", "local"),
+        ("QWEN_TELEMETRY_OTLP_ENDPOINT", ENDPOINT),
+        ("QWEN_TELEMETRY_OTLP_PROTOCOL", "http"),
+    ),
+    "gemini-cli": (
+        ("GEMINI_TELEMETRY_ENABLED", "true"),
+        ("GEMINI_TELEMETRY_TARGET", "local"),
+        ("GEMINI_TELEMETRY_OTLP_ENDPOINT", ENDPOINT),
+        ("GEMINI_TELEMETRY_OTLP_PROTOCOL", "http"),
+        ("GEMINI_TELEMETRY_TRACES_ENABLED", "true"),  # the model-call spans' attributes (tokens)
+    ),
+    "cline": (
+        ("OTEL_TELEMETRY_ENABLED", "1"),
+        ("OTEL_TRACES_EXPORTER", "otlp"),
+        ("OTEL_METRICS_EXPORTER", "otlp"),
+        ("OTEL_LOGS_EXPORTER", "otlp"),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"),  # its default
+    ),
+    # Its settings from the environment: SECTION__FIELD; the endpoint is the traces URL itself.
+    "fast-agent": (("OTEL__ENABLED", "true"), ("OTEL__OTLP_ENDPOINT", ENDPOINT + "/v1/traces")),
+}
+
+# Per profile key: its content switches, (variable, value when the proxy captures content, value when it does not).
+CONTENT_SWITCHES: dict[str, tuple[tuple[str, str, str], ...]] = {
+    "claude-code": (
+        ("OTEL_LOG_USER_PROMPTS", "1", "0"),
+        ("OTEL_LOG_TOOL_DETAILS", "1", "0"),
+        ("OTEL_LOG_TOOL_CONTENT", "1", "0"),
+    ),
+    "qwen-code": (
+        ("QWEN_TELEMETRY_LOG_PROMPTS", "true", "false"),
+        ("QWEN_TELEMETRY_INCLUDE_SENSITIVE_SPAN_ATTRIBUTES", "true", "false"),
+    ),
+    "gemini-cli": (("GEMINI_TELEMETRY_LOG_PROMPTS", "true", "false"),),  # its default is true
+}
+
+
+def normalized(name: str) -> str:
+    """``@zed-industries/claude-agent-acp`` -> ``claude-agent-acp``; ``Kimi Code CLI`` -> ``kimi-code-cli``."""
+    return re.sub(r"[^a-z0-9]+", "-", name.rpartition("/")[2].lower()).strip("-")
+
+
+_KEY_BY_ALIAS: dict[str, str] = {normalized(a): key for key, aliases in ALIASES.items() for a in (key, *aliases)}
+
+
+def key_of(name: object) -> str | None:
+    """The profile key an ``agentInfo.name`` or a command's name names, if any."""
+    if type(name) is not str or not name:
+        return None
+    return _KEY_BY_ALIAS.get(normalized(name[:256]))
