@@ -7,7 +7,8 @@ under the turn span; its logs (and metrics, for the agents that have any) arrive
 backend carried the header, which was never in the environment of the running agent (``/proc/PID/environ``); no
 content by default (the turn's canaries: file names and contents, the command, the prompt, the answer); each tool
 call reported by exactly one span. With the option off: the proxy's own turn and tool spans, nothing of the
-agent's at the backend, and no backend setting in the agent's environment.
+agent's at the backend, and no backend setting in the agent's environment; an endpoint given in the agent's own
+command (``env VAR=VALUE``) is the agent's, and it exports there.
 
 The agent runs without the byte tap (the proxy names the agent's profile from its command line).
 """
@@ -121,11 +122,18 @@ def _wait(sink: Sink, done: Callable[[], bool], what: str, timeout: float = 60.0
 
 
 async def _proxied(
-    name: str, option: bool, tmp_path: Path, model: ModelServer, sink: Sink, script: Script
+    name: str,
+    option: bool,
+    tmp_path: Path,
+    model: ModelServer,
+    sink: Sink,
+    script: Script,
+    prefix: tuple[str, ...] = (),
 ) -> tuple[Run, list[dict[str, str]], str]:
-    """One turn through the proxy; the environments of the agent's processes (seen before the prompt) and the
-    backend's secret header value."""
+    """One turn through the proxy (the agent's command after ``prefix``); the environments of the agent's processes
+    (seen before the prompt) and the backend's secret header value."""
     agent, home = _agent(name, tmp_path, model, "on" if option else "off")
+    agent.command[:0] = prefix
     secret = f"backend-secret-{uuid.uuid4().hex}"
     env = {
         **agent.env,
@@ -241,4 +249,19 @@ async def test_agent_telemetry_off(name: str, tmp_path: Path, model: ModelServer
     check(services == {PROXY_SERVICE}, "nothing of the agent's at the backend", services)
     _no_backend_settings(check, environs, secret)
     check(not [k for env in environs for k in env if k.startswith("OTEL_EXPORTER_")], "no exporter setting at all")
+    check.done()
+
+
+async def test_settings_in_the_agents_command_are_the_agents(
+    tmp_path: Path, model: ModelServer, sink: Sink, script: Script
+) -> None:
+    """Option off, OpenCode given an endpoint in its own command (``env VAR=VALUE opencode acp``): it exports there
+    itself, as told; the backend's header, given to the proxy only, is still not in its environment."""
+    prefix = ("env", f"OTEL_EXPORTER_OTLP_ENDPOINT={sink.endpoint}")
+    _, environs, secret = await _proxied("opencode", False, tmp_path, model, sink, script, prefix)
+    sink.wait_for(lambda s: any(x.name == MODEL_CALL["opencode"] for x in s), timeout=60)
+    check = Checks()
+    check({e.get("OTEL_EXPORTER_OTLP_ENDPOINT") for e in environs} == {sink.endpoint}, "the command's endpoint")
+    leaked = [k for env in environs for k, v in env.items() if secret in v]
+    check(not leaked, "no backend header in the agent's environment", leaked)
     check.done()
