@@ -9,6 +9,8 @@ Rules, per hop:
 * ``OTEL_*`` variables cross, except that ``console`` is removed from ``OTEL_TRACES_EXPORTER``,
   ``OTEL_METRICS_EXPORTER`` and ``OTEL_LOGS_EXPORTER`` (``none`` when nothing is left): a stdio
   agent's stdout is the protocol, and a console exporter in any language writes there;
+* from the proxy to its agent, the proxy's exporter settings never cross (endpoints, headers: the backend's
+  credentials); with ``--agent-telemetry`` the agent's own telemetry is pointed at the proxy's receiver;
 * ``service.name`` is per hop: named after what the child runs (:func:`service_name_for_command`),
   never inherited from the parent; a child that is ``acp-otel proxy`` gets none (it names itself
   ``<agent>-proxy`` and its agent ``<agent>``);
