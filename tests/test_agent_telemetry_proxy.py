@@ -88,6 +88,7 @@ async def test_agent_spans_join_the_turn_each_fact_once_and_reach_the_backend_wi
         (alone,) = _agent(spans, name)
         assert alone["trace_id"] not in turn_ids and alone["parent"] is None
     assert all(s["resource"].get("acp.relay.service.name") == "proxy" for s in spans if s["service"] == "otel-agent")
+    assert "CANARY" not in str(backend.requests["traces"])  # content scrubbed before forwarding (capture is off)
     # Each fact once: the first turn's tool call and usage reported by the proxy too, the second's by the agent only.
     proxy_tools = [s for s in spans if s["service"] == "proxy" and s["name"].startswith("execute_tool")]
     assert len(proxy_tools) == 1 and proxy_tools[0]["trace_id"] == turns[0]["trace_id"]

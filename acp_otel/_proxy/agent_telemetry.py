@@ -96,7 +96,9 @@ class AgentTelemetry:
             joiner = Joiner(session_keys, tool_keys, self._facts)
             self._signals = forwarded_signals()
             self._forwarder = Forwarder()
-            self._scrub = _scrubbers()
+            from .agent_content import scrub_logs, scrub_spans
+
+            self._scrub = (scrub_spans, scrub_logs)
             self._joiner = joiner
             self._receiver = Receiver(self.listener, self._sink)
             threading.Thread(target=self._release_loop, name="acp-otel-agent-release", daemon=True).start()
@@ -257,15 +259,6 @@ class AgentTelemetry:
             return []
         self._reported = True
         return list(self._forwarder.problems())
-
-
-def _scrubbers() -> tuple[Any, Any] | None:
-    """The content scrubbers (:mod:`.agent_content`), when that module is there."""
-    try:
-        from .agent_content import scrub_logs, scrub_spans  # type: ignore[import-not-found, unused-ignore]
-    except ImportError:
-        return None
-    return scrub_spans, scrub_logs
 
 
 def relay_name(service_name: str | None, command: tuple[str, ...], environ: Mapping[str, str]) -> str:
