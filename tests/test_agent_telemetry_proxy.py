@@ -346,3 +346,26 @@ def test_joiner_holds_a_span_whose_parent_may_move_until_the_parent_comes_or_the
     clock.now = 5.0
     assert _ids(joiner.release()) == [(agent_trace, orphan, missing)]
     assert joiner.held() == 0
+
+
+# ---------------------------------------------------------------------- the forwarder's bounds
+
+
+def test_forwarder_counts_what_it_could_not_send_and_says_it_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    from acp_otel._proxy.forwarder import Forwarder
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", dead)
+    forwarder = Forwarder(max_queued=1)
+    for _ in range(5):  # sent and failed, or dropped when one waits already: counted either way
+        forwarder.put("traces", _trace_request())
+    assert forwarder.close(time.monotonic() + 10)
+    account = forwarder.accounts["traces"]
+    assert account.sent == 0 and account.failed + account.dropped == 5
+    (line,) = forwarder.problems()
+    assert line.startswith("5 of the agent's spans not forwarded to " + dead + "/v1/traces: nothing is listening")
+    assert forwarder.problems() == [line]  # (AgentTelemetry.problems says it once)
