@@ -172,6 +172,19 @@ async def test_forwarded_over_grpc_when_the_proxy_exports_grpc() -> None:
     assert model.resource_attributes.get("acp.relay.service.name") == "proxy"
 
 
+async def test_an_agent_that_never_exports_costs_nothing_and_the_proxy_exits_as_before() -> None:
+    from harness import PY_AGENT
+
+    with Backend() as backend:
+        env = _env(backend.endpoint, OTEL_METRICS_EXPORTER="none")
+        async with proxied_client(PY_AGENT, env, ["--service-name", "proxy", "--agent-telemetry"]) as run:
+            session_id = await open_session(run.conn)
+            await prompt(run.conn, session_id, "hi")
+        assert run.returncode == 0 and "acp-otel proxy:" not in run.stderr, run.stderr
+        assert backend.wait_for(lambda b: len(_turns(b.spans())) == 1)
+        assert all(s["service"] == "proxy" for s in backend.spans())
+
+
 async def test_export_to_a_dead_endpoint_is_said_once_in_the_exit_line() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
