@@ -88,6 +88,7 @@ async def test_agent_spans_join_the_turn_each_fact_once_and_reach_the_backend_wi
         (alone,) = _agent(spans, name)
         assert alone["trace_id"] not in turn_ids and alone["parent"] is None
     assert all(s["resource"].get("acp.relay.service.name") == "proxy" for s in spans if s["service"] == "otel-agent")
+    assert "CANARY" not in str(backend.requests["traces"])  # content scrubbed before forwarding (capture is off)
     # Each fact once: the first turn's tool call and usage reported by the proxy too, the second's by the agent only.
     proxy_tools = [s for s in spans if s["service"] == "proxy" and s["name"].startswith("execute_tool")]
     assert len(proxy_tools) == 1 and proxy_tools[0]["trace_id"] == turns[0]["trace_id"]
@@ -169,6 +170,19 @@ async def test_forwarded_over_grpc_when_the_proxy_exports_grpc() -> None:
     model = next(s for s in spans if s.name == "invoke_model")
     assert (model.trace_id, model.parent_span_id) == (turn.trace_id, turn.span_id)
     assert model.resource_attributes.get("acp.relay.service.name") == "proxy"
+
+
+async def test_an_agent_that_never_exports_costs_nothing_and_the_proxy_exits_as_before() -> None:
+    from harness import PY_AGENT
+
+    with Backend() as backend:
+        env = _env(backend.endpoint, OTEL_METRICS_EXPORTER="none")
+        async with proxied_client(PY_AGENT, env, ["--service-name", "proxy", "--agent-telemetry"]) as run:
+            session_id = await open_session(run.conn)
+            await prompt(run.conn, session_id, "hi")
+        assert run.returncode == 0 and "acp-otel proxy:" not in run.stderr, run.stderr
+        assert backend.wait_for(lambda b: len(_turns(b.spans())) == 1)
+        assert all(s["service"] == "proxy" for s in backend.spans())
 
 
 async def test_export_to_a_dead_endpoint_is_said_once_in_the_exit_line() -> None:
@@ -345,3 +359,26 @@ def test_joiner_holds_a_span_whose_parent_may_move_until_the_parent_comes_or_the
     clock.now = 5.0
     assert _ids(joiner.release()) == [(agent_trace, orphan, missing)]
     assert joiner.held() == 0
+
+
+# ---------------------------------------------------------------------- the forwarder's bounds
+
+
+def test_forwarder_counts_what_it_could_not_send_and_says_it_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    from acp_otel._proxy.forwarder import Forwarder
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", dead)
+    forwarder = Forwarder(max_queued=1)
+    for _ in range(5):  # sent and failed, or dropped when one waits already: counted either way
+        forwarder.put("traces", _trace_request())
+    assert forwarder.close(time.monotonic() + 10)
+    account = forwarder.accounts["traces"]
+    assert account.sent == 0 and account.failed + account.dropped == 5
+    (line,) = forwarder.problems()
+    assert line.startswith("5 of the agent's spans not forwarded to " + dead + "/v1/traces: nothing is listening")
+    assert forwarder.problems() == [line]  # (AgentTelemetry.problems says it once)

@@ -23,7 +23,6 @@ if TYPE_CHECKING:
     from typing import Any
 
 RELEASE_EVERY_S = 0.5  # how often held spans past their hold bound are looked for
-WAKE_S = 0.1  # how often the receiver, before its first connection, looks whether the agent has exited
 MAX_TURN_EVENTS = 10_000  # turn starts and ends waiting for the joiner (past this the oldest are forgotten)
 
 
@@ -65,7 +64,7 @@ class AgentTelemetry:
         self._engine_profile: Callable[[], Any] | None = None
         self._ready = threading.Event()
         self._stop = threading.Event()
-        self._closing = threading.Event()  # the agent has exited
+        self._wake: tuple[int, int] | None = None  # a pipe: the agent has exited (see _start)
         self._reported = False
         self._finishing: threading.Thread | None = None
         self._deadline = 0.0
@@ -74,6 +73,9 @@ class AgentTelemetry:
 
     def start(self) -> None:
         """Serve from a thread (returns at once)."""
+        import os
+
+        self._wake = os.pipe()  # written at the agent's exit: the wait for a first connection ends
         threading.Thread(target=self._start, name="acp-otel-agent-telemetry", daemon=True).start()
 
     def _start(self) -> None:
@@ -84,10 +86,12 @@ class AgentTelemetry:
             # exports costs a socket. Early connections wait in the kernel's backlog.
             import select
 
-            while not select.select([self.listener], [], [], WAKE_S)[0]:
-                if self._closing.is_set():  # the agent exited without connecting
-                    self.listener.close()
-                    return
+            assert self._wake is not None  # made by start()
+            listening = self.listener.fileno()
+            ready = select.select([listening, self._wake[0]], [], [])[0]
+            if listening not in ready:  # the agent exited without connecting
+                self.listener.close()
+                return
             from .forwarder import Forwarder, forwarded_signals
             from .joiner import Joiner
             from .receiver import Receiver
@@ -96,7 +100,9 @@ class AgentTelemetry:
             joiner = Joiner(session_keys, tool_keys, self._facts)
             self._signals = forwarded_signals()
             self._forwarder = Forwarder()
-            self._scrub = _scrubbers()
+            from .agent_content import scrub_logs, scrub_spans
+
+            self._scrub = (scrub_spans, scrub_logs)
             self._joiner = joiner
             self._receiver = Receiver(self.listener, self._sink)
             threading.Thread(target=self._release_loop, name="acp-otel-agent-release", daemon=True).start()
@@ -232,7 +238,10 @@ class AgentTelemetry:
 
     def finish(self, deadline: float) -> None:
         """The agent has exited: stop receiving, release every held span and forward until ``deadline``."""
-        self._closing.set()
+        if self._wake is not None:
+            import os
+
+            os.write(self._wake[1], b"\0")
         self._ready.wait(max(0.0, deadline - time.monotonic()))
         self._stop.set()
         if self._receiver is not None:
@@ -257,15 +266,6 @@ class AgentTelemetry:
             return []
         self._reported = True
         return list(self._forwarder.problems())
-
-
-def _scrubbers() -> tuple[Any, Any] | None:
-    """The content scrubbers (:mod:`.agent_content`), when that module is there."""
-    try:
-        from .agent_content import scrub_logs, scrub_spans  # type: ignore[import-not-found, unused-ignore]
-    except ImportError:
-        return None
-    return scrub_spans, scrub_logs
 
 
 def relay_name(service_name: str | None, command: tuple[str, ...], environ: Mapping[str, str]) -> str:

@@ -8,7 +8,8 @@ OTLP/HTTP to ``OTEL_EXPORTER_OTLP_ENDPOINT`` (what the proxy's ``--agent-telemet
 * ``startup``: a root span started and ended before the first turn, exported at once;
 * per prompt: ``invoke_model`` (the turn's topmost span: a root, or with ``--process-root`` a child of a process
   span that is never ended nor exported, like OpenCode's), and under it ``chat scripted`` (``gen_ai.usage.*``)
-  and ``execute_tool read`` (``gen_ai.tool.call.id`` = the ACP tool call id). The two children are exported
+  (and ``gen_ai.input.messages``, content) and ``execute_tool read`` (``gen_ai.tool.call.id`` = the ACP tool
+  call id). The two children are exported
   (force-flushed) before their parent ends, so they arrive in an earlier batch than it; a log record inside
   ``chat`` (with its context) and one without any context;
 * ``shutdown``: a root span after the connection closed (after the last turn).
@@ -40,6 +41,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 ARGS = set(sys.argv[1:])
+CANARY = "CANARY-prompt-5b1e"
 AT_EXIT = "--export-at-exit" in ARGS
 OVERLAP = int(sys.argv[sys.argv.index("--overlap") + 1]) if "--overlap" in sys.argv else 1
 DELAY_MS = 3_600_000 if AT_EXIT else 100
@@ -112,6 +114,7 @@ class OtelAgent:
                 "gen_ai.operation.name": "chat",
                 "gen_ai.usage.input_tokens": 12,
                 "gen_ai.usage.output_tokens": 3,
+                "gen_ai.input.messages": CANARY,  # content: the proxy scrubs it unless it captures content
             },
         )
         emit_log("model answered", chat)
