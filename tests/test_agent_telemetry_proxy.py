@@ -6,7 +6,6 @@ real socket; the joiner's hold bound."""
 from __future__ import annotations
 
 import asyncio
-import base64
 import gzip
 import http.client
 import json
@@ -290,7 +289,6 @@ def test_receiver_refuses_what_it_cannot_read(receiver: Any) -> None:
     assert _post(server.port, "/v1/traces", b"{not json", {"Content-Type": "application/json"})[0] == 400
     assert _post(server.port, "/v1/elsewhere", b"", {})[0] == 404
     assert got == [] and server.rejected == 2
-    base64.b64encode(b"")  # (the JSON test above covers the id conversion)
 
 
 # ---------------------------------------------------------------------- the joiner's hold bound
@@ -382,3 +380,18 @@ def test_forwarder_counts_what_it_could_not_send_and_says_it_once(monkeypatch: p
     (line,) = forwarder.problems()
     assert line.startswith("5 of the agent's spans not forwarded to " + dead + "/v1/traces: nothing is listening")
     assert forwarder.problems() == [line]  # (AgentTelemetry.problems says it once)
+
+
+def test_joiner_holds_at_most_max_held_spans_releasing_the_oldest_subtrees() -> None:
+    joiner = Joiner(max_held=2, clock=_Clock())
+    turn = _Turn(0xAA, 0xBB)
+    joiner.turn_started(turn, at_ns=1000)
+    agent_trace, turn_trace, turn_span = b"\x01" * 16, (0xAA).to_bytes(16, "big"), (0xBB).to_bytes(8, "big")
+    first, second, third = (bytes([i]) * 8 for i in (2, 3, 4))
+    for span_id in (first, second):
+        request = _request((agent_trace, span_id, b"\x09" * 8, 1500))
+        joiner.join_spans(request)
+        assert _ids(request) == []
+    request = _request((agent_trace, third, b"\x09" * 8, 1500))
+    joiner.join_spans(request)  # one too many: the oldest goes, as if its parent did not exist (under the turn)
+    assert _ids(request) == [(turn_trace, first, turn_span)] and joiner.held() == 2

@@ -352,8 +352,12 @@ class Joiner:
     def _overflow(self) -> list[_Held]:
         out: list[_Held] = []
         while len(self._held) > self._max_held:
-            roots = self._roots()
-            out.extend(self._give_up(roots[0] if roots else next(iter(self._held))))
+            roots = self._roots() or [next(iter(self._held))]  # (none: a cycle of parents)
+            for key in roots:  # oldest first, each with what hangs from it
+                if len(self._held) <= self._max_held:
+                    break
+                if key in self._held:
+                    out.extend(self._give_up(key))
         return out
 
     def _note_facts(self, request: ExportTraceServiceRequest) -> None:
