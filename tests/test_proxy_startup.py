@@ -35,9 +35,9 @@ def _hooked_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def _line(request_id: int, method: str, params: str, parent: str) -> bytes:
-    meta = f'"_meta":{{"traceparent":"00-{EDITOR_TRACE}-{parent}-01"}}'
-    return f'{{"jsonrpc":"2.0","id":{request_id},"method":"{method}","params":{{{params},{meta}}}}}\n'.encode()
+def _line(request_id: int, method: str, params: str, parent: str | None) -> bytes:
+    meta = f',"_meta":{{"traceparent":"00-{EDITOR_TRACE}-{parent}-01"}}' if parent else ""
+    return f'{{"jsonrpc":"2.0","id":{request_id},"method":"{method}","params":{{{params}{meta}}}}}\n'.encode()
 
 
 def _answer(proc: subprocess.Popen[bytes], timeout_s: float = 60) -> bytes:
@@ -61,29 +61,47 @@ def _the(spans: list[Span], name: str, kind: str, service: str) -> Span:
     return found[0]
 
 
-def _initialize_and_new_session(tmp_path: Path, gated: bool) -> tuple[dict[str, Span], int]:
-    """``initialize`` and ``session/new`` from a traced editor through the proxy to a traced agent; with
-    ``gated`` the proxy's SDK import is held until both are answered. The four spans, and when the gate opened."""
-    gate = tmp_path / f"gate-{gated}"
+# With this setting (the default value, written out) the proxy's early relay stands aside: every line goes
+# through the engine, imported at once, as it did before lines were relayed without it.
+ENGINE_FROM_THE_START = {"OTEL_PYTHON_ACP_INJECT": "true"}
+
+
+def _initialize_and_new_session(
+    tmp_path: Path, gated: bool, traced_editor: bool = True, **extra_env: str
+) -> tuple[dict[str, Span], tuple[int, int, int]]:
+    """``initialize`` and, right after its answer, ``session/new``, from an editor (traced or not) through the
+    proxy to a traced agent. With ``gated`` the engine's import is held until ``session/new`` is sent (so that
+    ``initialize`` is relayed without it and ``session/new`` waits for it) and the SDK's until both are
+    answered. The four spans, and when ``initialize`` was sent, when its answer came and when the SDK was let go."""
+    sdk_gate, engine_gate = tmp_path / f"sdk-{gated}-{traced_editor}", tmp_path / f"engine-{gated}-{traced_editor}"
     with OtlpSink() as sink:
-        extra = {"ACP_OTEL_TEST_SDK_GATE": str(gate)} if gated else {}
-        env = _hooked_env(**sink.env(), ACP_OTEL_TEST_SPANS="otlp", **extra)
+        extra = (
+            {"ACP_OTEL_TEST_SDK_GATE": str(sdk_gate), "ACP_OTEL_TEST_ENGINE_GATE": str(engine_gate)} if gated else {}
+        )
+        env = _hooked_env(**sink.env(), ACP_OTEL_TEST_SPANS="otlp", **extra, **extra_env)
         command = [*PROXY, "--flush-timeout", "30", "--service-name", "proxy", "--", *PY_AGENT, "trace"]
         proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
         assert proc.stdin is not None
         opened = 0
         try:
-            proc.stdin.write(_line(0, "initialize", '"protocolVersion":1,"clientCapabilities":{}', INIT_PARENT))
+            sent = time.time_ns()
+            init_parent = INIT_PARENT if traced_editor else None
+            proc.stdin.write(_line(0, "initialize", '"protocolVersion":1,"clientCapabilities":{}', init_parent))
             proc.stdin.flush()
             assert b'"result"' in _answer(proc)
-            proc.stdin.write(_line(1, "session/new", f'"cwd":"{tmp_path}","mcpServers":[]', NEW_PARENT))
+            answered = time.time_ns()
+            new_parent = NEW_PARENT if traced_editor else None
+            proc.stdin.write(_line(1, "session/new", f'"cwd":"{tmp_path}","mcpServers":[]', new_parent))
             proc.stdin.flush()
+            if gated:  # the engine's import started once the agent had answered, and is held
+                _wait_for_file(Path(f"{engine_gate}.waiting"))
+                engine_gate.touch()
             assert b'"sessionId"' in _answer(proc)
             if gated:
-                _wait_for_file(Path(f"{gate}.waiting"))  # the set-up is at the SDK's import, still waiting
-                assert not gate.exists()
+                _wait_for_file(Path(f"{sdk_gate}.waiting"))  # the set-up is at the SDK's import, still waiting
+                assert not sdk_gate.exists()
                 opened = time.time_ns()
-                gate.touch()
+                sdk_gate.touch()
             proc.stdin.close()
             assert proc.wait(60) == 0
         finally:
@@ -97,19 +115,28 @@ def _initialize_and_new_session(tmp_path: Path, gated: bool) -> tuple[dict[str, 
             ("session/new", "SERVER", "test-agent"),
         ]
         spans = sink.wait_for(lambda s: all(any((x.name, x.kind, x.service) == k for x in s) for k in keys))
-    return {f"{k[0]} {k[1]}": _the(spans, *k) for k in keys}, opened
+    return {f"{k[0]} {k[1]}": _the(spans, *k) for k in keys}, (sent, answered, opened)
 
 
-def test_first_messages_are_relayed_before_the_sdk_is_ready_and_traced_as_always(tmp_path: Path) -> None:
-    """The SDK's import held until ``initialize`` and ``session/new`` are answered: both answered, and the
-    spans, their attributes and links (editor -> proxy -> agent) are those of a run with no wait."""
-    plain, _ = _initialize_and_new_session(tmp_path, gated=False)
-    early, opened = _initialize_and_new_session(tmp_path, gated=True)
+@pytest.mark.parametrize("traced_editor", [True, False], ids=["traced-editor", "untraced-editor"])
+def test_first_messages_are_relayed_before_the_engine_and_the_sdk_and_traced_as_always(
+    tmp_path: Path, traced_editor: bool
+) -> None:
+    """``initialize`` relayed with the engine's import held, ``session/new`` sent right after its answer (it
+    waits for the engine), the SDK's import held until both are answered: the spans, their attributes and links
+    (editor -> proxy -> agent) are those of a run with the engine from the start and no wait, and
+    ``initialize``'s span has the times it really had (between the editor's request and the answer)."""
+    plain, _ = _initialize_and_new_session(tmp_path, False, traced_editor, **ENGINE_FROM_THE_START)
+    early, (sent, answered, opened) = _initialize_and_new_session(tmp_path, True, traced_editor)
     for spans in (plain, early):
         for method, parent in (("initialize", INIT_PARENT), ("session/new", NEW_PARENT)):
             proxy, agent = spans[f"{method} CLIENT"], spans[f"{method} SERVER"]
-            assert proxy.trace_id == agent.trace_id == EDITOR_TRACE
-            assert proxy.parent_id == parent  # the editor's span
+            assert proxy.trace_id == agent.trace_id
+            if traced_editor:
+                assert proxy.trace_id == EDITOR_TRACE
+                assert proxy.parent_id == parent  # the editor's span
+            else:
+                assert not proxy.parent_id  # a root
             assert agent.parent_id == proxy.span_id  # the context the proxy wrote into the forwarded message
             assert proxy.status == "UNSET"
     for key in ("initialize CLIENT", "session/new CLIENT"):
@@ -120,6 +147,10 @@ def test_first_messages_are_relayed_before_the_sdk_is_ready_and_traced_as_always
         }
         # Recorded with the times they really had: started and ended before the SDK existed.
         assert early[key].start_ns < early[key].end_ns < opened
+    # initialize's span was made after the engine's import (held until after the answer) with the times of
+    # the relay: started once the editor had sent it, ended before the editor had the answer.
+    initialize = early["initialize CLIENT"]
+    assert sent <= initialize.start_ns < initialize.end_ns <= answered
 
 
 def test_the_agent_is_started_before_anything_heavy_is_imported(tmp_path: Path) -> None:

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     import logging
     from typing import Any
 
+    from .early import EarlyLines
     from .options import ProxyOptions
 
 
@@ -151,12 +152,14 @@ def _exporter_names(variable: str) -> list[str]:
 class _Tracing:
     """The engine and the telemetry, set up in a thread beside the relay (see docs/proxy-lifecycle.md).
 
-    Lines wait only for the engine (the OpenTelemetry API and acp-otel's own modules), never for the SDK
-    and the exporters: until those are ready, spans and metric records are made by :mod:`.deferred` and
-    recorded once they are. The SDK is set up once the agent has started (its first line of output), so that
-    its imports do not take the CPU from the agent's start; or when :data:`EARLY_SPANS` spans wait, or when
-    the agent exits. A sampler or a traces exporter :mod:`.deferred` cannot stand in for (a plug-in) makes
-    lines wait for the whole set-up instead, which then starts at once.
+    Until the agent has written its first line, the engine is not even imported (its import would take CPU
+    from the agent's start): :mod:`.early` relays the lines it can decide with the standard library and keeps
+    them; the engine, once imported, traces them with the ids and times they were relayed with (:meth:`_replay`).
+    A line :mod:`.early` cannot decide starts the engine's import at once and waits for it, as does every line
+    after it. The SDK and the exporters come after the engine, and no line waits for them: spans and metric
+    records are made by :mod:`.deferred` until they are ready. Without :mod:`.early` (a configuration it
+    cannot stand in for) lines wait for the engine, imported at once; a sampler or a traces exporter
+    :mod:`.deferred` cannot stand in for (a plug-in) makes lines wait for the whole set-up.
     """
 
     def __init__(self, options: ProxyOptions, traces: bool, metrics: bool) -> None:
@@ -167,18 +170,40 @@ class _Tracing:
         self.done = threading.Event()  # the set-up is over, successful or not
         self.released = threading.Event()  # set with ready, or when the agent's exit leaves no time to wait
         self.go = threading.Event()  # the SDK may be set up: the agent has started (or exited)
+        self.start = threading.Event()  # the engine may be imported (set at once without self.early)
+        self.lock = threading.Lock()  # held while self.early relays a line, and while the engine takes over
+        self.early: EarlyLines | None = None
+        self.must_wait = False  # a line is waiting for the engine: every later line waits too
         self.tracer: Any = None
         self.tel: Any = None
         self.collector: Any = None
+        if traces and set(_exporter_names("OTEL_TRACES_EXPORTER")) <= {"otlp", "console"}:
+            from .early import stand_in_for
+
+            self.early = stand_in_for(options.settings_options)
+        if self.early is None:
+            self.start.set()
         threading.Thread(target=self._setup, name="acp-otel-setup", daemon=True).start()
 
     def handler(self, to_agent: bool) -> Any:
-        """The line handler of one direction; its first line waits for :attr:`ready`."""
+        """The line handler of one direction; lines :mod:`.early` does not relay wait for :attr:`ready`."""
         handle: Any = None
 
         def on_line(line: bytes) -> Any:
             nonlocal handle
             if handle is None:
+                early = self.early
+                if early is not None:
+                    with self.lock:
+                        if self.early is not None and not self.must_wait:
+                            forward = early.relay(to_agent, line)
+                            if forward is not None:
+                                if len(early.kept) >= EARLY_SPANS:
+                                    self.start.set()
+                                # The agent's first output: it has started; the engine's turn, once this line is out.
+                                return forward, (None if to_agent else self._agent_started)
+                            self.must_wait = True
+                            self.start.set()
                 self.released.wait()
                 tracer = self.tracer if self.ready.is_set() else None
                 if tracer is None:
@@ -194,6 +219,10 @@ class _Tracing:
 
         return on_line
 
+    def _agent_started(self) -> None:
+        self.start.set()
+        self.go.set()
+
     def _go_after(self, done: Any) -> Any:
         def run() -> None:
             try:
@@ -206,6 +235,7 @@ class _Tracing:
 
     def _setup(self) -> None:
         try:
+            self.start.wait()
             if not self.options.verbose:
                 from .diagnostics import configure_logging
 
@@ -231,6 +261,7 @@ class _Tracing:
                     else None
                 )
                 self.tracer = self._engine(early_tracer, settings, instruments)
+                self._replay(early_tracer)
                 self._ready()  # from here on lines are traced; the SDK comes next
                 self.go.wait()
             try:
@@ -265,8 +296,41 @@ class _Tracing:
         except Exception:
             _logger().debug("acp_otel proxy: tracing disabled, setup failed", exc_info=True)
         finally:
+            with self.lock:  # what was relayed before is not traced now; later lines go past self.early
+                self.early = None
             self._ready()
             self.done.set()
+
+    def _replay(self, early_tracer: Any) -> None:
+        """Trace the lines :mod:`.early` relayed, with the ids and times they were relayed with; then the
+        engine takes every line (:attr:`early` is ``None`` from here on)."""
+        with self.lock:
+            early, self.early = self.early, None
+            if early is None:
+                return
+            from .tracing import Direction
+
+            engine = self.tracer.engine
+            seen: list[float] = [0.0]
+            engine.use_clock(lambda: seen[0])
+            try:
+                for line in early.kept:
+                    seen[0] = line.monotonic
+                    if early_tracer is not None:
+                        early_tracer.clock = lambda at=line.time_ns: at
+                        if line.ids is not None:
+                            early_tracer.force_ids(*line.ids)
+                    direction = Direction.EDITOR_TO_AGENT if line.to_agent else Direction.AGENT_TO_EDITOR
+                    forward, done = self.tracer.on_line(direction, line.line)
+                    if done is not None:
+                        done()
+                    if forward != line.forwarded:  # the ids would not match the span's: said, for the tests
+                        _logger().debug("acp_otel proxy: an early line was traced as %r, relayed as %r", forward, line)
+            finally:
+                engine.use_clock(None)
+                if early_tracer is not None:
+                    early_tracer.clock = time.time_ns
+            _logger().debug("acp_otel proxy: %d line(s) relayed before the engine existed, traced now", len(early.kept))
 
     def _ready(self) -> None:
         self.ready.set()
@@ -275,6 +339,7 @@ class _Tracing:
     def settle(self, deadline: float) -> None:
         """The agent has exited: give the set-up until ``deadline`` to take the lines still waiting for it,
         then let them through untraced, so that the agent's last output is relayed in time."""
+        self.start.set()
         self.go.set()
         self.ready.wait(max(0.0, deadline - time.monotonic()))
         self.released.set()
