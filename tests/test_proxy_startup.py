@@ -9,10 +9,12 @@ loopback receiver), an editor writing raw lines. A slow SDK is made by a test-on
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import select
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -166,6 +168,54 @@ def test_the_agent_is_started_before_anything_heavy_is_imported(tmp_path: Path) 
     assert "acp_otel._proxy.process" in loaded  # the hook saw the proxy's own spawn
     heavy = ("opentelemetry", "acp_otel._demo", "acp_otel._engine", "acp_otel._proxy.telemetry", "google", "wrapt")
     assert [m for m in loaded if m.startswith(heavy)] == []
+
+
+HOLDING_AGENT = """
+import os, sys, time
+record, go = sys.argv[1:3]
+line = sys.stdin.buffer.readline()
+with open(record + ".tmp", "wb") as f:
+    f.write(line)
+os.rename(record + ".tmp", record)
+while not os.path.exists(go):
+    time.sleep(0.01)
+sys.stdout.buffer.write(b'{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":1}}\\n')
+sys.stdout.flush()
+sys.stdin.buffer.read()
+"""
+
+
+def test_nothing_heavy_is_imported_before_the_agent_answers_initialize(tmp_path: Path) -> None:
+    """While the agent has the editor's ``initialize`` and has not answered (its start), the proxy has imported
+    neither OpenTelemetry nor the engine; the forwarded ``initialize`` carries the proxy's trace context."""
+    record, go, modules = tmp_path / "initialize", tmp_path / "go", tmp_path / "modules"
+    env = _hooked_env(
+        OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{closed_port()}", ACP_OTEL_TEST_MODULES_ON=str(modules)
+    )
+    agent = [sys.executable, "-c", HOLDING_AGENT, str(record), str(go)]
+    proc = subprocess.Popen([*PROXY, "--", *agent], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+    assert proc.stdin is not None
+    try:
+        proc.stdin.write(_line(0, "initialize", '"protocolVersion":1,"clientCapabilities":{}', None))
+        proc.stdin.flush()
+        _wait_for_file(record)
+        Path(f"{modules}.dump").touch()
+        _wait_for_file(modules)
+        go.touch()
+        assert b'"result"' in _answer(proc)
+        proc.stdin.close()
+        assert proc.wait(60) == 0
+    finally:
+        with contextlib.suppress(OSError):
+            proc.kill()
+        proc.wait()
+    loaded = modules.read_text().split()
+    assert "acp_otel._proxy.early" in loaded  # what relayed initialize
+    # The "opentelemetry" namespace package (no code) is imported to find the API's files (early.random_flag).
+    heavy = ("opentelemetry.", "acp_otel._engine", "acp_otel._proxy.deferred", "acp_otel._proxy.telemetry", "logging")
+    assert [m for m in loaded if m.startswith(heavy)] == []
+    forwarded = json.loads(record.read_bytes())
+    assert re.fullmatch(r"00-[0-9a-f]{32}-[0-9a-f]{16}-0[13]", forwarded["params"]["_meta"]["traceparent"])
 
 
 def test_an_agent_that_exits_before_the_engine_is_ready_has_all_its_output_relayed(tmp_path: Path) -> None:
@@ -386,4 +436,125 @@ def test_early_metric_records_are_recorded_once_the_meter_provider_exists() -> N
     assert duration.count == 2 and duration.sum == pytest.approx(0.75)
     (tokens,) = points["acp.turn.usage.input_tokens"]
     assert tokens.value == 7
+    provider.shutdown()
+
+
+# ------------------------------------------------------------------ lines relayed before the engine, in process
+
+EARLY_PARENTS = [None, *(f"00-{EDITOR_TRACE}-{INIT_PARENT}-{flags:02x}" for flags in (0, 1, 2, 3))]
+
+
+def _initialize_line(traceparent: str | None) -> bytes:
+    meta = f',"_meta":{{"traceparent":"{traceparent}"}}' if traceparent else ""
+    return f'{{"jsonrpc":"2.0","id":0,"method":"initialize","params":{{"protocolVersion":1{meta}}}}}'.encode()
+
+
+@pytest.mark.parametrize("env", SAMPLERS, ids=lambda e: "-".join(e.values()) or "default")
+def test_early_initialize_is_forwarded_as_the_engine_forwards_it(env: dict[str, str]) -> None:
+    """For each built-in sampler (those that drop too) and kind of parent (none; the editor's, sampled or not,
+    with or without the random trace id flag): the bytes :mod:`early` forwards are those the engine forwards for
+    the same line when its early tracer is given the same ids (what the replay does)."""
+    from acp_otel._engine import Engine
+    from acp_otel._proxy import deferred, early
+    from acp_otel._proxy.tracing import Direction, MessageTracer
+    from acp_otel._settings import load_settings
+
+    decision, flag = early.sampler_decision(env), early.random_flag()
+    assert decision is not None and flag is not None
+    for traceparent in EARLY_PARENTS:
+        for _ in range(10):  # random trace ids, for the ratio samplers
+            lines = early.EarlyLines(decision, flag)
+            line = _initialize_line(traceparent)
+            forwarded = lines.relay(True, line)
+            assert forwarded is not None and forwarded != line
+            (kept,) = lines.kept
+            assert kept.ids is not None and (kept.line, kept.forwarded) == (line, forwarded)
+            decide = deferred.early_sampler(env)
+            assert decide is not None
+            tracer = deferred.DeferredTracer(decide)
+            message_tracer = MessageTracer(Engine(tracer, load_settings({}, {})))
+            tracer.force_ids(*kept.ids)
+            assert message_tracer.on_line(Direction.EDITOR_TO_AGENT, line) == (forwarded, None)
+
+
+def test_early_leaves_to_the_engine_what_it_does_not_reproduce() -> None:
+    """Lines :mod:`early` does not decide (the engine is then imported and they wait for it), lines it relays
+    untouched as the engine would (responses kept for the engine), and configurations it stands aside for."""
+    from acp_otel import _settings
+    from acp_otel._proxy import early
+
+    decision = early.sampler_decision({})
+    assert decision is not None
+    lines = early.EarlyLines(decision, 0)
+    for meta in (
+        '"tracestate":"v=1"',
+        '"baggage":"k=v"',
+        '"traceparent":"01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"',
+        '"traceparent":"00-00000000000000000000000000000000-b7ad6b7169203331-01"',
+        '"traceparent":"00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-01"',
+        '"traceparent":7',
+    ):
+        line = b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"_meta":{%s}}}' % meta.encode()
+        assert lines.relay(True, line) is None, meta
+    undecided = [
+        b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"_meta":"x"}}',
+        b'{"jsonrpc":"2.0","id":0,"method":"initialize"}',
+        b'{"jsonrpc":"2.0","method":"initialize","params":{}}',
+        b'{"jsonrpc":"2.0","id":1,"method":"session/new","params":{}}',
+        b'{"jsonrpc":"2.0","method":"session/update","params":{}}',
+    ]
+    assert [lines.relay(True, line) for line in undecided] == [None] * len(undecided)
+    assert lines.relay(False, b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{}}') is None
+    untouched = [b"not json", b"[1,2]", b'"text"', b'{"id":3}', b'{"jsonrpc":"2.0","id":0,"result":{}}']
+    assert [lines.relay(False, line) for line in untouched] == untouched
+    assert [k.line for k in lines.kept] == [untouched[-1]]  # the response ends a span: kept for the engine
+    assert early.stand_in_for({}, {}) is not None
+    for variable_env in ({"OTEL_PROPAGATORS": "b3"}, {"OTEL_TRACES_SAMPLER": "plugin"}):
+        assert early.stand_in_for({}, variable_env) is None
+    assert early.stand_in_for({}, {"OTEL_PROPAGATORS": "tracecontext, baggage"}) is not None
+    for option, variable in early.INJECTION_SETTINGS.items():
+        assert _settings._OPTIONS[option][0] == variable  # the settings' own names
+        assert early.stand_in_for({option: "x"}, {}) is None
+        assert early.stand_in_for({}, {variable: "x"}) is None
+
+
+def test_the_random_trace_id_flag_is_read_as_the_api_has_it() -> None:
+    from opentelemetry.trace import TraceFlags
+
+    from acp_otel._proxy import early
+
+    assert early.random_flag() == int(getattr(TraceFlags, "RANDOM_TRACE_ID", 0))
+
+
+def test_request_durations_follow_the_engine_clock() -> None:
+    """The replay's clock: a request's duration is measured between the times the engine is given."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.trace import NoOpTracer
+
+    from acp_otel import _metrics
+    from acp_otel._engine import Engine
+    from acp_otel._proxy.tracing import Direction, MessageTracer
+    from acp_otel._settings import load_settings
+
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader], shutdown_on_exit=False)
+    engine = Engine(NoOpTracer(), load_settings({}, {}), _metrics.make_instruments(provider, "0"))
+    message_tracer = MessageTracer(engine)
+    engine.use_clock(lambda: 100.0)
+    message_tracer.on_line(Direction.EDITOR_TO_AGENT, _initialize_line(None))
+    engine.use_clock(lambda: 100.25)
+    message_tracer.on_line(Direction.AGENT_TO_EDITOR, b'{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":1}}')
+    engine.use_clock(None)
+    data = reader.get_metrics_data()
+    assert data is not None
+    (duration,) = [
+        point
+        for rm in data.resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+        if m.name == "acp.client.operation.duration"
+        for point in m.data.data_points
+    ]
+    assert duration.count == 1 and duration.sum == pytest.approx(0.25)
     provider.shutdown()
