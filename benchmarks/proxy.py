@@ -25,7 +25,12 @@ needs no model). Three ways, interleaved in a rotating order, round after round:
 ``plain-relay`` (``_plain_relay.py``: spawns the agent first thing, then copies bytes both ways) and ``proxy``
 (traced, exporting to the loopback receiver; the same ``OTEL_*`` environment reaches all three). After each
 start the agent's process group is killed. Medians are printed with the bound the proxy is held to: at most
-twice what the plain relay adds, or 30 ms, whichever is larger. Nothing is asserted.
+twice what the plain relay adds, or 30 ms, whichever is larger. Beside them, the CPU time the relay process
+(plain relay or proxy, all its threads) has used when the editor reads the answer (Linux: ``/proc/PID/task/*/
+schedstat``, read at once, so a little of what the proxy does right after the answer is counted): unlike the
+wall-clock times, it hardly moves with the machine's load. The package is byte-compiled first, as an installed
+one is (with ``PYTHONDONTWRITEBYTECODE`` set, a checkout would compile its modules on every start). The load
+average is printed with the figures. Nothing is asserted.
 """
 
 from __future__ import annotations
@@ -200,8 +205,22 @@ def start_up_agents(home: Path, smoke: bool) -> list[tuple[str, list[str], dict[
     return agents
 
 
-def _start_once(command: list[str], env: dict[str, str]) -> float:
-    """Seconds from starting ``command`` to the answer of its ``initialize``; the process group is then killed."""
+def _cpu_s(pid: int) -> float | None:
+    """CPU seconds the live threads of ``pid`` have used (``None`` where ``/proc`` does not tell)."""
+    total = 0
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+        for task in tasks:
+            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                total += int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return total / 1e9
+
+
+def _start_once(command: list[str], env: dict[str, str]) -> tuple[float, float | None]:
+    """Seconds from starting ``command`` to the answer of its ``initialize``, and the CPU seconds the started
+    process had used then; the process group is then killed."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(
         command,
@@ -225,17 +244,23 @@ def _start_once(command: list[str], env: dict[str, str]) -> float:
                 continue
             if isinstance(message, dict) and message.get("id") == 0 and "method" not in message:
                 elapsed = time.perf_counter() - t0
+                cpu = _cpu_s(proc.pid)
                 if "error" in message:
                     raise RuntimeError(f"{command}: initialize failed: {message['error']}")
-                return elapsed
+                return elapsed, cpu
     finally:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
 
 
-def measure_start_up(rounds: int, sink_env: dict[str, str], smoke: bool) -> dict[str, dict[str, list[float]]]:
-    results: dict[str, dict[str, list[float]]] = {}
+def measure_start_up(
+    rounds: int, sink_env: dict[str, str], smoke: bool
+) -> dict[str, dict[str, list[tuple[float, float | None]]]]:
+    import compileall
+
+    compileall.compile_dir(os.path.join(REPO, "acp_otel"), quiet=1)
+    results: dict[str, dict[str, list[tuple[float, float | None]]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         agents = start_up_agents(Path(tmp), smoke)
         for r in range(rounds + 1):  # the first round warms the caches and is not counted
@@ -245,12 +270,12 @@ def measure_start_up(rounds: int, sink_env: dict[str, str], smoke: bool) -> dict
                 order = START_VARIANTS[r % 3 :] + START_VARIANTS[: r % 3]
                 for variant in order:
                     try:
-                        elapsed = _start_once(variants[variant], env)
+                        measured = _start_once(variants[variant], env)
                     except RuntimeError as exc:
                         print(f"start-up of {name} ({variant}) failed: {exc}", file=sys.stderr)
                         continue
                     if r:
-                        results.setdefault(name, {v: [] for v in START_VARIANTS})[variant].append(elapsed)
+                        results.setdefault(name, {v: [] for v in START_VARIANTS})[variant].append(measured)
     return results
 
 
@@ -271,13 +296,19 @@ def report_trips(trips: dict[str, list[float]], per_round: int) -> None:
             print(f"{name} adds {added[name] / plain:.2f}x what the plain relay adds")
 
 
-def report_start(start: dict[str, dict[str, list[float]]]) -> None:
-    print("start-up: spawn to the initialize answer, milliseconds (medians of interleaved rounds)")
+def report_start(start: dict[str, dict[str, list[tuple[float, float | None]]]]) -> None:
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"start-up: spawn to the initialize answer, milliseconds (medians of interleaved rounds; load {load})")
     print(f"{'agent':<18} {'direct':>9} {'plain':>9} {'proxy':>9} {'plain adds':>11} {'proxy adds':>11} {'bound':>9}")
+    cpu_lines = []
     for agent, samples in start.items():
         if not all(samples.values()):
             continue
-        medians = {v: statistics.median(s) for v, s in samples.items()}
+        medians = {v: statistics.median(x[0] for x in s) for v, s in samples.items()}
+        cpus = {v: [x[1] for x in s if x[1] is not None] for v, s in samples.items()}
+        if cpus["plain-relay"] and cpus["proxy"]:
+            plain_cpu, proxy_cpu = statistics.median(cpus["plain-relay"]), statistics.median(cpus["proxy"])
+            cpu_lines.append(f"{agent:<18} {_ms(plain_cpu):>9} {_ms(proxy_cpu):>9}")
         plain_adds = medians["plain-relay"] - medians["direct"]
         proxy_adds = medians["proxy"] - medians["direct"]
         bound = max(2 * plain_adds, 0.030)
@@ -287,6 +318,10 @@ def report_start(start: dict[str, dict[str, list[float]]]) -> None:
             f"{_ms(plain_adds):>11} {_ms(proxy_adds):>11} {_ms(bound):>9} {verdict} "
             f"(n={len(samples['direct'])})"
         )
+    if cpu_lines:
+        print("CPU time of the relay process at the answer, milliseconds (medians)")
+        print(f"{'agent':<18} {'plain':>9} {'proxy':>9}")
+        print("\n".join(cpu_lines))
 
 
 def main() -> None:

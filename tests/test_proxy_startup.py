@@ -70,11 +70,11 @@ ENGINE_FROM_THE_START = {"OTEL_PYTHON_ACP_INJECT": "true"}
 
 def _initialize_and_new_session(
     tmp_path: Path, gated: bool, traced_editor: bool = True, **extra_env: str
-) -> tuple[dict[str, Span], tuple[int, int, int]]:
+) -> tuple[dict[str, Span], dict[str, tuple[int, int]], int]:
     """``initialize`` and, right after its answer, ``session/new``, from an editor (traced or not) through the
-    proxy to a traced agent. With ``gated`` the engine's import is held until ``session/new`` is sent (so that
-    ``initialize`` is relayed without it and ``session/new`` waits for it) and the SDK's until both are
-    answered. The four spans, and when ``initialize`` was sent, when its answer came and when the SDK was let go."""
+    proxy to a traced agent. With ``gated`` the engine's import (which starts once the agent has answered) is
+    held until both are answered, so both are relayed without it, then the SDK's until the engine is ready. The
+    four spans; when each request was sent and answered; when the SDK was let go."""
     sdk_gate, engine_gate = tmp_path / f"sdk-{gated}-{traced_editor}", tmp_path / f"engine-{gated}-{traced_editor}"
     with OtlpSink() as sink:
         extra = (
@@ -86,20 +86,23 @@ def _initialize_and_new_session(
         assert proc.stdin is not None
         opened = 0
         try:
+            times: dict[str, tuple[int, int]] = {}
             sent = time.time_ns()
             init_parent = INIT_PARENT if traced_editor else None
             proc.stdin.write(_line(0, "initialize", '"protocolVersion":1,"clientCapabilities":{}', init_parent))
             proc.stdin.flush()
             assert b'"result"' in _answer(proc)
-            answered = time.time_ns()
+            times["initialize"] = (sent, time.time_ns())
             new_parent = NEW_PARENT if traced_editor else None
+            sent = time.time_ns()
             proc.stdin.write(_line(1, "session/new", f'"cwd":"{tmp_path}","mcpServers":[]', new_parent))
             proc.stdin.flush()
+            assert b'"sessionId"' in _answer(proc)
+            times["session/new"] = (sent, time.time_ns())
             if gated:  # the engine's import started once the agent had answered, and is held
                 _wait_for_file(Path(f"{engine_gate}.waiting"))
+                assert not engine_gate.exists()
                 engine_gate.touch()
-            assert b'"sessionId"' in _answer(proc)
-            if gated:
                 _wait_for_file(Path(f"{sdk_gate}.waiting"))  # the set-up is at the SDK's import, still waiting
                 assert not sdk_gate.exists()
                 opened = time.time_ns()
@@ -117,19 +120,18 @@ def _initialize_and_new_session(
             ("session/new", "SERVER", "test-agent"),
         ]
         spans = sink.wait_for(lambda s: all(any((x.name, x.kind, x.service) == k for x in s) for k in keys))
-    return {f"{k[0]} {k[1]}": _the(spans, *k) for k in keys}, (sent, answered, opened)
+    return {f"{k[0]} {k[1]}": _the(spans, *k) for k in keys}, times, opened
 
 
 @pytest.mark.parametrize("traced_editor", [True, False], ids=["traced-editor", "untraced-editor"])
 def test_first_messages_are_relayed_before_the_engine_and_the_sdk_and_traced_as_always(
     tmp_path: Path, traced_editor: bool
 ) -> None:
-    """``initialize`` relayed with the engine's import held, ``session/new`` sent right after its answer (it
-    waits for the engine), the SDK's import held until both are answered: the spans, their attributes and links
-    (editor -> proxy -> agent) are those of a run with the engine from the start and no wait, and
-    ``initialize``'s span has the times it really had (between the editor's request and the answer)."""
-    plain, _ = _initialize_and_new_session(tmp_path, False, traced_editor, **ENGINE_FROM_THE_START)
-    early, (sent, answered, opened) = _initialize_and_new_session(tmp_path, True, traced_editor)
+    """``initialize`` and ``session/new`` (sent right after the answer) relayed with the engine's import held,
+    the SDK's held until the engine is ready: the spans, their attributes and links (editor -> proxy -> agent)
+    are those of a run with the engine from the start and no wait, with the times they really had."""
+    plain, _, _ = _initialize_and_new_session(tmp_path, False, traced_editor, **ENGINE_FROM_THE_START)
+    early, times, opened = _initialize_and_new_session(tmp_path, True, traced_editor)
     for spans in (plain, early):
         for method, parent in (("initialize", INIT_PARENT), ("session/new", NEW_PARENT)):
             proxy, agent = spans[f"{method} CLIENT"], spans[f"{method} SERVER"]
@@ -147,12 +149,10 @@ def test_first_messages_are_relayed_before_the_engine_and_the_sdk_and_traced_as_
         assert {k: v for k, v in early[key].attributes.items() if k not in ignored} == {
             k: v for k, v in plain[key].attributes.items() if k not in ignored
         }
-        # Recorded with the times they really had: started and ended before the SDK existed.
-        assert early[key].start_ns < early[key].end_ns < opened
-    # initialize's span was made after the engine's import (held until after the answer) with the times of
-    # the relay: started once the editor had sent it, ended before the editor had the answer.
-    initialize = early["initialize CLIENT"]
-    assert sent <= initialize.start_ns < initialize.end_ns <= answered
+        # Made once the engine was imported (after both answers), with the times they really had: started
+        # once the editor had sent the request, ended before the editor had the answer.
+        sent, answered = times[key.split()[0]]
+        assert sent <= early[key].start_ns < early[key].end_ns <= answered < opened
 
 
 def test_the_agent_is_started_before_anything_heavy_is_imported(tmp_path: Path) -> None:
@@ -444,16 +444,16 @@ def test_early_metric_records_are_recorded_once_the_meter_provider_exists() -> N
 EARLY_PARENTS = [None, *(f"00-{EDITOR_TRACE}-{INIT_PARENT}-{flags:02x}" for flags in (0, 1, 2, 3))]
 
 
-def _initialize_line(traceparent: str | None) -> bytes:
+def _initialize_line(traceparent: str | None, method: str = "initialize") -> bytes:
     meta = f',"_meta":{{"traceparent":"{traceparent}"}}' if traceparent else ""
-    return f'{{"jsonrpc":"2.0","id":0,"method":"initialize","params":{{"protocolVersion":1{meta}}}}}'.encode()
+    return f'{{"jsonrpc":"2.0","id":0,"method":"{method}","params":{{"protocolVersion":1{meta}}}}}'.encode()
 
 
 @pytest.mark.parametrize("env", SAMPLERS, ids=lambda e: "-".join(e.values()) or "default")
-def test_early_initialize_is_forwarded_as_the_engine_forwards_it(env: dict[str, str]) -> None:
-    """For each built-in sampler (those that drop too) and kind of parent (none; the editor's, sampled or not,
-    with or without the random trace id flag): the bytes :mod:`early` forwards are those the engine forwards for
-    the same line when its early tracer is given the same ids (what the replay does)."""
+def test_early_requests_are_forwarded_as_the_engine_forwards_them(env: dict[str, str]) -> None:
+    """For each built-in sampler (those that drop too), kind of parent (none; the editor's, sampled or not,
+    with or without the random trace id flag) and request :mod:`early` relays: the bytes it forwards are those
+    the engine forwards for the same line when its early tracer is given the same ids (what the replay does)."""
     from acp_otel._engine import Engine
     from acp_otel._proxy import deferred, early
     from acp_otel._proxy.tracing import Direction, MessageTracer
@@ -461,10 +461,10 @@ def test_early_initialize_is_forwarded_as_the_engine_forwards_it(env: dict[str, 
 
     decision, flag = early.sampler_decision(env), early.random_flag()
     assert decision is not None and flag is not None
-    for traceparent in EARLY_PARENTS:
+    for traceparent, method in [(p, m) for p in EARLY_PARENTS for m in sorted(early.EARLY_METHODS)]:
         for _ in range(10):  # random trace ids, for the ratio samplers
             lines = early.EarlyLines(decision, flag)
-            line = _initialize_line(traceparent)
+            line = _initialize_line(traceparent, method)
             forwarded = lines.relay(True, line)
             assert forwarded is not None and forwarded != line
             (kept,) = lines.kept
@@ -500,7 +500,8 @@ def test_early_leaves_to_the_engine_what_it_does_not_reproduce() -> None:
         b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"_meta":"x"}}',
         b'{"jsonrpc":"2.0","id":0,"method":"initialize"}',
         b'{"jsonrpc":"2.0","method":"initialize","params":{}}',
-        b'{"jsonrpc":"2.0","id":1,"method":"session/new","params":{}}',
+        b'{"jsonrpc":"2.0","id":1,"method":"session/prompt","params":{}}',
+        b'{"jsonrpc":"2.0","id":1,"method":"$/x","params":{}}',
         b'{"jsonrpc":"2.0","method":"session/update","params":{}}',
     ]
     assert [lines.relay(True, line) for line in undecided] == [None] * len(undecided)

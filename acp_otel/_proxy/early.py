@@ -9,14 +9,15 @@ they were relayed and the ids it chose, for the engine to trace once it is impor
 
 What it relays by itself, in the configuration it can stand in for (:func:`stand_in_for`):
 
-* the editor's ``initialize`` request: it makes the proxy span's context as the engine's early tracer would
+* the editor's requests that set a session up (:data:`EARLY_METHODS`: ``initialize``, ``session/new``, ...;
+  none of them is part of a turn): it makes the proxy span's context as the engine's early tracer would
   (:mod:`.deferred`: the editor's trace id or a random one, a random span id, the built-in sampler's decision
   from :func:`sampler_decision`) and writes its ``traceparent`` into the forwarded line (:mod:`.splice`, as the
   engine's path does); the replay makes the engine's span take those ids;
 * responses, and lines the engine does not trace (not JSON, not an object, no method and no id): relayed as
   they are, the responses kept.
 
-Any other line, or an ``initialize`` carrying anything but a plain W3C ``traceparent`` in ``_meta``, is not
+Any other line, or a request carrying anything but a plain W3C ``traceparent`` in ``_meta``, is not
 decided here: the engine is imported at once and the line waits for it, as does every line after it.
 """
 
@@ -42,6 +43,8 @@ Decision = Callable[["bool | None", int], bool]
 SAMPLED = 0x01
 RANDOM_TRACE_ID = 0x02
 _TRACE_ID_LIMIT = (1 << 64) - 1
+# The editor's requests relayed here: what an editor sends before its first prompt (no turn, no session routing).
+EARLY_METHODS = frozenset({"initialize", "authenticate", "session/new", "session/load"})
 # A version-00 traceparent exactly as the W3C propagator writes it; anything else is the engine's to read.
 _TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
 # Settings that change what the engine writes into a message (acp_otel._settings' names; tests check they match).
@@ -176,11 +179,11 @@ class EarlyLines:
             if "id" in message and ("result" in message or "error" in message):
                 self.kept.append(Early(to_agent, line, line, None))  # a response: it ends a span
             return line
-        if not (to_agent and method == "initialize" and "id" in message):
+        if not (to_agent and method in EARLY_METHODS and "id" in message):
             return None
-        return self._initialize(line, text, message)
+        return self._request(line, text, message)
 
-    def _initialize(self, line: bytes, text: str, message: dict[str, Any]) -> bytes | None:
+    def _request(self, line: bytes, text: str, message: dict[str, Any]) -> bytes | None:
         params = message.get("params")
         if type(params) is not dict:
             return None
