@@ -7,8 +7,9 @@ Lifecycle (docs/proxy-lifecycle.md has the whole story):
   reaches all of it, as a terminal's Ctrl-C would) and, on Linux, set to be killed if the proxy dies
   (``PR_SET_PDEATHSIG``), so that it never outlives a SIGKILLed proxy. The signal handlers are installed
   before it is spawned;
-* telemetry is set up in a thread beside the relay (:class:`_Tracing`): lines wait for the engine only; spans
-  made before the SDK is ready are recorded once it is (:mod:`.deferred`);
+* until the agent's first output, lines are relayed with the standard library (:mod:`.early`); then telemetry
+  is set up in a thread beside the relay (:class:`_Tracing`): the engine, which traces the lines relayed before
+  it, then the SDK; no line waits for the SDK (:mod:`.deferred`);
 * end of the editor's input closes the agent's stdin; the agent's exit ends the proxy: what the agent
   wrote is relayed, without waiting for end of file (a child of the agent may hold its stdout for
   ever), pending spans end with an error, spans are flushed (bounded), and the proxy exits with the
@@ -195,11 +196,10 @@ class _Tracing:
                 early = self.early
                 if early is not None:
                     with self.lock:
-                        if self.early is not None and not self.must_wait:
+                        # Past EARLY_SPANS kept lines, the engine is imported and the lines wait for it.
+                        if self.early is not None and not self.must_wait and len(early.kept) < EARLY_SPANS:
                             forward = early.relay(to_agent, line)
                             if forward is not None:
-                                if len(early.kept) >= EARLY_SPANS:
-                                    self.start.set()
                                 # The agent's first output: it has started; the engine's turn, once this line is out.
                                 return forward, (None if to_agent else self._agent_started)
                             self.must_wait = True
