@@ -157,7 +157,8 @@ def test_first_messages_are_relayed_before_the_engine_and_the_sdk_and_traced_as_
 
 def test_the_agent_is_started_before_anything_heavy_is_imported(tmp_path: Path) -> None:
     """At the moment the proxy starts its agent, neither OpenTelemetry nor the engine, the exporters or the demo
-    is imported (the modules loaded are listed by an audit hook on the first ``subprocess.Popen``)."""
+    is imported, nor argparse for ``proxy -- CMD`` (the modules loaded are listed by an audit hook on the first
+    ``subprocess.Popen``)."""
     modules = tmp_path / "modules"
     env = _hooked_env(
         OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{closed_port()}", ACP_OTEL_TEST_SPAWN_MODULES=str(modules)
@@ -168,6 +169,22 @@ def test_the_agent_is_started_before_anything_heavy_is_imported(tmp_path: Path) 
     assert "acp_otel._proxy.process" in loaded  # the hook saw the proxy's own spawn
     heavy = ("opentelemetry", "acp_otel._demo", "acp_otel._engine", "acp_otel._proxy.telemetry", "google", "wrapt")
     assert [m for m in loaded if m.startswith(heavy)] == []
+    assert "argparse" not in loaded and "shutil" not in loaded  # no parser built (its formatter imports shutil)
+
+
+@pytest.mark.parametrize(
+    "argv", [["--", "agent"], ["--", "node", "x.js", "--acp", "-v"], ["--", "--help"], ["--", "--", "x"]]
+)
+@pytest.mark.parametrize("debug", ["", "true"])
+def test_proxy_dash_dash_cmd_is_read_as_the_parser_reads_it(argv: list[str], debug: str) -> None:
+    from acp_otel._proxy import options
+
+    environ = {options.ENV_DEBUG: debug}
+    plain = options.plain_command(argv, environ)
+    assert plain is not None
+    parsed = options.options_from_args(cli._proxy_parser().parse_args(argv), environ)
+    assert {k: getattr(plain, k) for k in plain.__slots__} == {k: getattr(parsed, k) for k in parsed.__slots__}
+    assert [options.plain_command(a, environ) for a in (["--"], [], ["-v", "--", "x"], ["x", "--", "y"])] == [None] * 4
 
 
 HOLDING_AGENT = """
