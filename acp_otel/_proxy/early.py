@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import re
 import time
 from collections.abc import Callable, Mapping
@@ -132,10 +131,10 @@ def stand_in_for(settings_options: Mapping[str, Any], environ: Mapping[str, str]
     return EarlyLines(decide, flag)
 
 
-def _random_id(bits: int) -> int:
-    # As the SDK's RandomIdGenerator: never the invalid 0.
+def _random_id(size: int) -> int:
+    # Random, as the SDK's RandomIdGenerator's, never the invalid 0; from os.urandom: `random` is not imported yet.
     while True:
-        value = random.getrandbits(bits)
+        value = int.from_bytes(os.urandom(size), "big")
         if value:
             return value
 
@@ -201,9 +200,9 @@ class EarlyLines:
                 if not trace_id or not span_id:
                     return None
                 parent = (trace_id, int(match[3], 16))
-        trace_id = parent[0] if parent is not None else _random_id(128)
+        trace_id = parent[0] if parent is not None else _random_id(16)
         sampled = self._decide(bool(parent[1] & SAMPLED) if parent is not None else None, trace_id)
-        span_id = _random_id(64)
+        span_id = _random_id(8)
         flags = SAMPLED if sampled else 0
         if self._random_flag:  # as deferred._flags: a root's ids are random, a child keeps its parent's word
             flags |= self._random_flag if parent is None else parent[1] & self._random_flag
