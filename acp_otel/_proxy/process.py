@@ -47,9 +47,13 @@ def _logger() -> logging.Logger:
 
 
 FORWARDED_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP") if hasattr(signal, name))
-# After the agent exits, at most this long relaying what it wrote (only an editor that stops reading
-# makes it last; end of file is not waited for: a child of the agent may hold the pipe open for ever).
-OUTPUT_DRAIN_TIMEOUT_S = 0.25
+# After the agent exits, what it wrote is relayed until the relay has read the pipe empty (end of file is not
+# waited for: a child of the agent may hold the pipe open for ever). The relay is given up once no byte has
+# been read for this long (an editor that stops reading), and in any case after OUTPUT_DRAIN_CAP_S (a child of
+# the agent that goes on writing): an idle bound, not a total one, so that an editor reading slowly (or a
+# relay starved of CPU on a busy machine) still gets every byte the agent wrote.
+OUTPUT_DRAIN_TIMEOUT_S = 0.5
+OUTPUT_DRAIN_CAP_S = 1.0
 # The flush after a forwarded signal: the SDK's editor SIGKILLs 2 s after its SIGTERM, acpx 1.5 s.
 SIGNAL_FLUSH_BUDGET_S = 1.0
 # Spans kept for the SDK before the agent's first output: past this many, the SDK is set up at once.
@@ -461,19 +465,33 @@ def _wait(proc: subprocess.Popen[bytes]) -> int:
     return proc.returncode
 
 
-def _drain(relay: threading.Thread, state: Any, agent_out: Any, lock: threading.Lock, limit_s: float) -> None:
+def _drain(
+    relay: threading.Thread,
+    state: Any,
+    agent_out: Any,
+    lock: threading.Lock,
+    idle_s: float,
+    cap_s: float = OUTPUT_DRAIN_CAP_S,
+) -> None:
     """After the agent's exit: let ``relay`` forward what the agent wrote, but not wait for end of file.
 
     The pipe is made non-blocking, so a relay that reads it empty ends there; one already blocked in a
-    read of the empty pipe (a child of the agent holds it open) has nothing in hand, and is left.
+    read of the empty pipe (a child of the agent holds it open) has nothing in hand, and is left. A relay
+    that reads nothing for ``idle_s`` (the editor does not read) is left too, and any relay after ``cap_s``.
     """
     with lock, contextlib.suppress(OSError, ValueError):
         if not agent_out.closed:
             os.set_blocking(agent_out.fileno(), False)
-    deadline = time.monotonic() + limit_s
+    now = time.monotonic()
+    cap = now + cap_s
+    idle_until = now + idle_s
+    last_reads = state.reads
     idle_reads = -1  # the read count when the relay was last seen waiting on an empty pipe
-    while relay.is_alive() and time.monotonic() < deadline:
+    while relay.is_alive() and now < idle_until and now < cap:
         reads = state.reads
+        if reads != last_reads:  # bytes arrived: the relay moves, the idle bound starts again
+            last_reads = reads
+            idle_until = now + idle_s
         if state.waiting and _unread_bytes(agent_out, lock) == 0:
             if reads == idle_reads:
                 return  # seen waiting twice, with no read in between: blocked on an empty pipe
@@ -481,6 +499,7 @@ def _drain(relay: threading.Thread, state: Any, agent_out: Any, lock: threading.
         else:
             idle_reads = -1
         relay.join(0.01)
+        now = time.monotonic()
 
 
 def _unread_bytes(stream: Any, lock: threading.Lock) -> int:
