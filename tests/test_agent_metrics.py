@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.server
 import threading
+import time
 from typing import Any
 
 from acp_app import SECRET, TraceAgent, TraceClient, open_session, prompt
@@ -52,12 +53,14 @@ async def test_metrics_read_back(
     instrument: Any, meter_provider: MeterProvider, reader: InMemoryMetricReader, pair: Any, counter: Any
 ) -> None:
     instrument(meter_provider=meter_provider)
+    started = time.monotonic()
     p = await _turn(pair, counter, ScriptAgent(SCRIPT, usage=USAGE))
     try:
         await p.client_conn.ext_method("test.dev/missing", {})
     except Exception:
         pass
     await wait_spans_closed(counter)
+    elapsed = time.monotonic() - started  # every interval recorded lies inside this one
     points = _points(reader)
 
     client = {pt.attributes["acp.method.name"]: pt for pt in points["acp.client.operation.duration"]}
@@ -93,6 +96,8 @@ async def test_metrics_read_back(
     assert all(pt.attributes["gen_ai.operation.name"] == "execute_tool" for pt in tools.values())
     assert tools["edit"].attributes["gen_ai.tool.name"] == "edit"  # nothing names it: the kind stands in
     assert tools["_OTHER"].attributes["gen_ai.tool.name"] == "_vendor_kind"  # the kind as sent (bounded as names)
+    assert all(pt.attributes["gen_ai.agent.name"] == "test-agent" for pt in tools.values())
+    assert all(0 < pt.sum <= elapsed for pt in tools.values())  # from the tool's first sighting to its end
 
     # Token counters: recorded once across the two sides (by the traced agent's side), agent name only.
     (inputs,) = points["acp.turn.usage.input_tokens"]
