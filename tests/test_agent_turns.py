@@ -120,6 +120,7 @@ async def test_tool_span_permission_and_client_handling(
     assert a["gen_ai.tool.call.id"] == "t1" and a["gen_ai.tool.name"] == "write_file"
     assert a["acp.tool_call.kind"] == "edit" and a["acp.tool_call.status"] == "completed"
     assert a["gen_ai.conversation.id"] == "sess-1" and a["acp.tool_call.update.count"] == 3
+    assert a["gen_ai.agent.name"] == "test-agent"
     assert "acp.tool_call.ended_by" not in a and tool.status.status_code == StatusCode.UNSET
     assert [e.attributes["acp.tool_call.status"] for e in tool.events] == ["pending", "in_progress", "completed"]
     # turn -> tool -> permission request -> the client's handling of it
