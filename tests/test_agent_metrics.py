@@ -81,9 +81,10 @@ async def test_metrics_read_back(
             "gen_ai.agent.name": "test-agent",
             "acp.stop_reason": "end_turn",
         }
-        assert pt.count == 1
+        assert pt.count == 1 and 0 < pt.sum <= elapsed
     (ttfc,) = points["acp.turn.time_to_first_chunk"]  # the agent's side only, like the turn's duration
     assert ttfc.count == 1 and 0 < ttfc.sum <= turns.sum
+    assert dict(ttfc.attributes) == {"gen_ai.agent.name": "test-agent"}
 
     tools = {pt.attributes["acp.tool_call.kind"]: pt for pt in points["gen_ai.execute_tool.duration"]}
     assert set(tools) == {"edit", "fetch", "_OTHER"}  # one tool span each (the agent's); unknown kind bounded
