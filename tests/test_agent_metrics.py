@@ -8,6 +8,7 @@ import threading
 import time
 from typing import Any
 
+import pytest
 from acp_app import SECRET, TraceAgent, TraceClient, open_session, prompt
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader, PeriodicExportingMetricReader
@@ -328,3 +329,21 @@ def test_each_histogram_exports_its_buckets() -> None:
         for metric in sm.metrics
     }
     assert bounds == acp_metrics.HISTOGRAM_BUCKETS
+
+
+async def test_a_failed_turn_is_recorded_with_its_error_type(
+    instrument: Any, meter_provider: MeterProvider, reader: InMemoryMetricReader, pair: Any, counter: Any
+) -> None:
+    """A turn whose prompt the agent fails: its duration is recorded with the error's type, not a stop reason."""
+    instrument(meter_provider=meter_provider)
+    p = await pair(TraceAgent(), TraceClient())
+    session_id = await open_session(p.client_conn)
+    with pytest.raises(Exception):  # noqa: B017 - the app sees a RequestError
+        await prompt(p.client_conn, session_id, "fail now")
+    await wait_spans_closed(counter)
+    points = _points(reader)
+    turns = points.get("gen_ai.invoke_agent.duration", []) + points.get("gen_ai.client.operation.duration", [])
+    assert turns
+    for turn in turns:
+        assert turn.attributes["error.type"] in ("ValueError", "-32603"), dict(turn.attributes)
+        assert "acp.stop_reason" not in turn.attributes
