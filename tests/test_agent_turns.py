@@ -131,6 +131,22 @@ async def test_tool_span_permission_and_client_handling(
     assert SECRET not in all_text(spans)
 
 
+async def test_tool_status_events_are_capped(instrument: Any, exporter: Any, pair: Any, counter: Any) -> None:
+    """``max_events_per_span`` caps a tool span's status events (the first ones are kept); its status attribute
+    still follows every update."""
+    instrument(max_events_per_span=2)
+    script = [
+        _tool("t1"),
+        _tool_update("t1", "in_progress"),
+        _tool_update("t1", "in_progress"),
+        _tool_update("t1", "completed"),
+    ]
+    await _run(pair, ScriptAgent(script), counter)
+    (tool,) = [s for s in exporter.get_finished_spans() if s.name.startswith("execute_tool")]
+    assert [e.attributes["acp.tool_call.status"] for e in tool.events] == ["pending", "in_progress"]
+    assert tool.attributes["acp.tool_call.status"] == "completed"
+
+
 async def test_failed_never_completed_concurrent_and_hostile_tools(
     instrument: Any, exporter: Any, pair: Any, counter: Any
 ) -> None:
