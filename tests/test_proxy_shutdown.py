@@ -278,6 +278,27 @@ def test_agent_exit_ends_the_proxy_while_its_child_holds_stdout(mark: str) -> No
         proc.communicate()
 
 
+def test_a_last_line_without_newline_is_relayed_though_a_child_holds_stdout(mark: str) -> None:
+    """The agent's last line has no newline, the relay is already waiting for the rest when the agent exits,
+    and a child of the agent holds its stdout: the line is forwarded as at end of file, and the proxy exits."""
+    line = b'{"jsonrpc":"2.0","method":"bye"}'
+    # The pause: the relay has the line and waits in a read of the empty pipe before the agent exits.
+    agent = ["sh", "-c", f"sleep 30 & printf '{line.decode()}'; sleep 0.5; exit 0"]
+    proc = subprocess.Popen(
+        [*PROXY, "--", *agent],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=base_env(OTEL_TRACES_EXPORTER="none", OTEL_METRICS_EXPORTER="none", **{MARK: mark}),
+    )
+    try:
+        assert proc.wait(30) == 0
+        assert proc.stdout is not None and proc.stdout.read() == line
+    finally:
+        proc.kill()
+        proc.communicate()
+
+
 def test_agent_output_is_relayed_whole_though_its_child_holds_stdout(mark: str) -> None:
     """The agent writes 4 MB (far more than a pipe holds) and exits at once, leaving a child that holds its
     stdout: the proxy relays every byte (and the final line without newline) before it exits."""
@@ -396,7 +417,8 @@ def test_drain_relays_what_the_agent_left_and_never_waits_for_end_of_file() -> N
         assert relayed == b"\n".join(lines) + b"\n"  # all relayed before _drain returned
 
         # A relay blocked in a read of an empty pipe whose write end stays open: nothing in hand, so _drain
-        # returns (well before its 60 s), without the end of file that never comes.
+        # wakes it (its read, interrupted, is retried non-blocking and ends the relay) and returns, without
+        # the end of file that never comes, nor its idle bound (60 s) or its cap (60 s).
         empty_r, empty_w = os.pipe()
         idle = framing.PumpState()
         blocked = threading.Thread(target=framing.pump, args=(empty_r, dst_w, None, 1024, idle), daemon=True)
@@ -405,10 +427,11 @@ def test_drain_relays_what_the_agent_left_and_never_waits_for_end_of_file() -> N
             time.sleep(0.001)
         time.sleep(0.5)  # in the read by now
         started = time.monotonic()
-        process._drain(blocked, idle, os.fdopen(empty_r, "rb", buffering=0, closefd=False), threading.Lock(), 60.0)
+        empty = os.fdopen(empty_r, "rb", buffering=0, closefd=False)
+        process._drain(blocked, idle, empty, threading.Lock(), 60.0, 60.0)
         assert time.monotonic() - started < 30
-        os.close(empty_w)  # end of file: the relay ends
-        blocked.join(10)
+        assert not blocked.is_alive()  # woken: it ended by itself, the write end still open
+        os.close(empty_w)
         os.close(empty_r)
     finally:
         os.close(src_w)
@@ -467,14 +490,15 @@ def _start(target: Any, *args: Any) -> threading.Thread:
 
 
 def _drain_returns(relay: threading.Thread, state: Any, src: Any, idle_s: float, cap_s: float) -> bool:
-    """Runs the proxy's drain; whether it returned within 30 s."""
+    """Runs the proxy's drain in the main thread, as the proxy does (a drain that never returns fails the test
+    by its timeout)."""
     from acp_otel._proxy import process
 
-    drain = _start(process._drain, relay, state, src, threading.Lock(), idle_s, cap_s)
-    drain.join(30)
-    return not drain.is_alive()
+    process._drain(relay, state, src, threading.Lock(), idle_s, cap_s)
+    return True
 
 
+@pytest.mark.timeout(30)
 def test_drain_waits_for_a_slow_editor_past_the_idle_bound() -> None:
     """An editor that reads slowly (64 KiB every 0.1 s, 512 KiB in all: longer than the 0.5 s idle bound) gets
     every byte the agent wrote: the bound counts time without a read, not time since the agent's exit."""
@@ -499,6 +523,7 @@ def test_drain_waits_for_a_slow_editor_past_the_idle_bound() -> None:
     assert received == data  # and the relay forwarded every byte
 
 
+@pytest.mark.timeout(30)
 def test_drain_gives_up_on_an_editor_that_does_not_read() -> None:
     """The editor does not read: the relay is stuck in a write, and the drain ends after the idle bound
     (0.3 s here), long before its cap (60 s)."""
@@ -512,6 +537,7 @@ def test_drain_gives_up_on_an_editor_that_does_not_read() -> None:
         assert relay.is_alive()  # left, stuck in its write
 
 
+@pytest.mark.timeout(30)
 def test_drain_gives_up_on_a_child_that_never_stops_writing() -> None:
     """A child of the agent goes on writing after the agent's exit, faster than the relay (slow tracing)
     forwards it: bytes keep arriving, and the drain ends at its cap (0.3 s here), long before its idle bound."""

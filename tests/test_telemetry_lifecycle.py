@@ -271,8 +271,9 @@ def _run_editor(
     assert proc.returncode == 0, stderr[-3000:]
     result = json.loads(stdout.strip().splitlines()[-1])
     assert result["stop"] == "end_turn", result
-    if clock.proxy() is not None:
-        result["proxy_after_agent_s"] = clock.proxy_after_agent_s()
+    proxy, agent = clock.proxy(), clock.agent()
+    if proxy in clock.exited and agent in clock.exited:  # only _check_one_line_and_quick needs it
+        result["proxy_after_agent_s"] = clock.exited[proxy] - clock.exited[agent]
     return result, stderr
 
 
@@ -309,6 +310,7 @@ def _check_one_line_and_quick(stderr: str, result: dict[str, Any], *expected: st
     # The proxy exited by itself when its stdin closed (the editor's grace before its SIGTERM is 15 s here),
     # within its own bounds after its agent's exit (what the agent took to exit is not the proxy's doing).
     assert result["returncode"] == 0, result
+    assert "proxy_after_agent_s" in result, "the proxy and its agent were not seen to exit"
     assert result["proxy_after_agent_s"] < PROXY_EXIT_BOUND_S, result
 
 
