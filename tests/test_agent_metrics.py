@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import http.server
 import threading
+import time
 from typing import Any
 
+import pytest
 from acp_app import SECRET, TraceAgent, TraceClient, open_session, prompt
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader, PeriodicExportingMetricReader
@@ -52,12 +54,14 @@ async def test_metrics_read_back(
     instrument: Any, meter_provider: MeterProvider, reader: InMemoryMetricReader, pair: Any, counter: Any
 ) -> None:
     instrument(meter_provider=meter_provider)
+    started = time.monotonic()
     p = await _turn(pair, counter, ScriptAgent(SCRIPT, usage=USAGE))
     try:
         await p.client_conn.ext_method("test.dev/missing", {})
     except Exception:
         pass
     await wait_spans_closed(counter)
+    elapsed = time.monotonic() - started  # every interval recorded lies inside this one
     points = _points(reader)
 
     client = {pt.attributes["acp.method.name"]: pt for pt in points["acp.client.operation.duration"]}
@@ -78,9 +82,10 @@ async def test_metrics_read_back(
             "gen_ai.agent.name": "test-agent",
             "acp.stop_reason": "end_turn",
         }
-        assert pt.count == 1
+        assert pt.count == 1 and 0 < pt.sum <= elapsed
     (ttfc,) = points["acp.turn.time_to_first_chunk"]  # the agent's side only, like the turn's duration
     assert ttfc.count == 1 and 0 < ttfc.sum <= turns.sum
+    assert dict(ttfc.attributes) == {"gen_ai.agent.name": "test-agent"}
 
     tools = {pt.attributes["acp.tool_call.kind"]: pt for pt in points["gen_ai.execute_tool.duration"]}
     assert set(tools) == {"edit", "fetch", "_OTHER"}  # one tool span each (the agent's); unknown kind bounded
@@ -93,6 +98,8 @@ async def test_metrics_read_back(
     assert all(pt.attributes["gen_ai.operation.name"] == "execute_tool" for pt in tools.values())
     assert tools["edit"].attributes["gen_ai.tool.name"] == "edit"  # nothing names it: the kind stands in
     assert tools["_OTHER"].attributes["gen_ai.tool.name"] == "_vendor_kind"  # the kind as sent (bounded as names)
+    assert all(pt.attributes["gen_ai.agent.name"] == "test-agent" for pt in tools.values())
+    assert all(0 < pt.sum <= elapsed for pt in tools.values())  # from the tool's first sighting to its end
 
     # Token counters: recorded once across the two sides (by the traced agent's side), agent name only.
     (inputs,) = points["acp.turn.usage.input_tokens"]
@@ -322,3 +329,21 @@ def test_each_histogram_exports_its_buckets() -> None:
         for metric in sm.metrics
     }
     assert bounds == acp_metrics.HISTOGRAM_BUCKETS
+
+
+async def test_a_failed_turn_is_recorded_with_its_error_type(
+    instrument: Any, meter_provider: MeterProvider, reader: InMemoryMetricReader, pair: Any, counter: Any
+) -> None:
+    """A turn whose prompt the agent fails: its duration is recorded with the error's type, not a stop reason."""
+    instrument(meter_provider=meter_provider)
+    p = await pair(TraceAgent(), TraceClient())
+    session_id = await open_session(p.client_conn)
+    with pytest.raises(Exception):  # noqa: B017 - the app sees a RequestError
+        await prompt(p.client_conn, session_id, "fail now")
+    await wait_spans_closed(counter)
+    points = _points(reader)
+    turns = points.get("gen_ai.invoke_agent.duration", []) + points.get("gen_ai.client.operation.duration", [])
+    assert turns
+    for turn in turns:
+        assert turn.attributes["error.type"] in ("ValueError", "-32603"), dict(turn.attributes)
+        assert "acp.stop_reason" not in turn.attributes

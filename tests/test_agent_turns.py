@@ -120,6 +120,7 @@ async def test_tool_span_permission_and_client_handling(
     assert a["gen_ai.tool.call.id"] == "t1" and a["gen_ai.tool.name"] == "write_file"
     assert a["acp.tool_call.kind"] == "edit" and a["acp.tool_call.status"] == "completed"
     assert a["gen_ai.conversation.id"] == "sess-1" and a["acp.tool_call.update.count"] == 3
+    assert a["gen_ai.agent.name"] == "test-agent"
     assert "acp.tool_call.ended_by" not in a and tool.status.status_code == StatusCode.UNSET
     assert [e.attributes["acp.tool_call.status"] for e in tool.events] == ["pending", "in_progress", "completed"]
     # turn -> tool -> permission request -> the client's handling of it
@@ -128,6 +129,22 @@ async def test_tool_span_permission_and_client_handling(
     assert tool.start_time <= out.start_time and out.end_time <= tool.end_time
     assert len({trace_id(s) for s in spans if s.name not in ("initialize", "session/new")}) == 1
     assert SECRET not in all_text(spans)
+
+
+async def test_tool_status_events_are_capped(instrument: Any, exporter: Any, pair: Any, counter: Any) -> None:
+    """``max_events_per_span`` caps a tool span's status events (the first ones are kept); its status attribute
+    still follows every update."""
+    instrument(max_events_per_span=2)
+    script = [
+        _tool("t1"),
+        _tool_update("t1", "in_progress"),
+        _tool_update("t1", "in_progress"),
+        _tool_update("t1", "completed"),
+    ]
+    await _run(pair, ScriptAgent(script), counter)
+    (tool,) = [s for s in exporter.get_finished_spans() if s.name.startswith("execute_tool")]
+    assert [e.attributes["acp.tool_call.status"] for e in tool.events] == ["pending", "in_progress"]
+    assert tool.attributes["acp.tool_call.status"] == "completed"
 
 
 async def test_failed_never_completed_concurrent_and_hostile_tools(

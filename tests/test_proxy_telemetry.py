@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from acp_app import open_session, prompt
@@ -114,3 +116,42 @@ def test_a_service_name_in_the_resource_attributes_is_kept_by_the_proxy_and_its_
         spans = sink.wait_for(lambda s: any(x.attributes.get("acp.method.name") == "session/prompt" for x in s))
     assert {s.service for s in spans} == {"mine"}
     assert seen.read_text() == "-"
+
+
+def test_flush_is_bounded_when_the_export_is_stuck() -> None:
+    """A flush that never ends (an exporter stuck in a call) does not hold the proxy's exit: flush() returns
+    False at its bound (no timing: an unbounded flush would never return)."""
+    release = threading.Event()
+
+    class Stuck:
+        resource = None
+
+        def force_flush(self, timeout_millis: int = 30000) -> bool:
+            release.wait()  # ignores its timeout, as a stuck exporter does
+            return True
+
+    try:
+        assert telemetry.Telemetry(Stuck()).flush(0.2) is False
+    finally:
+        release.set()
+
+
+def test_spans_exported_and_lost_are_counted() -> None:
+    """What the loss line at exit reports: spans the exporter took, and spans it refused or failed on."""
+    from opentelemetry.sdk.trace.export import SpanExportResult
+
+    answers = [SpanExportResult.SUCCESS, SpanExportResult.FAILURE, SpanExportResult.SUCCESS]
+
+    class Exporter:
+        def export(self, spans: Any) -> SpanExportResult:
+            if not answers:
+                raise ConnectionError("refused")
+            return answers.pop(0)
+
+    accounted = telemetry._Accounted("otlp", Exporter())
+    assert accounted.export(["a", "b"]) is SpanExportResult.SUCCESS
+    assert accounted.export(["c"]) is SpanExportResult.FAILURE
+    assert accounted.export(["d", "e", "f"]) is SpanExportResult.SUCCESS
+    with pytest.raises(ConnectionError):
+        accounted.export(["g", "h"])
+    assert (accounted.exported, accounted.lost) == (5, 3)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from acp_app import SECRET, TOOL_SCRIPTS, ToolAgent, TraceAgent, TraceClient, open_session, prompt
+from acp_app import SECRET, TERMINAL_ID, TOOL_SCRIPTS, ToolAgent, TraceAgent, TraceClient, open_session, prompt
 from agent_process import agent_process
 from opentelemetry.trace import SpanKind
 from spans import all_text, parent_of, span_id, wait_spans_closed
@@ -330,6 +330,28 @@ async def test_fs_and_terminal_requests_under_the_tool_call_they_serve_traced_ag
             _expect_two_open(requests, tools, turn)
         served = _requests(spans, S)
         assert [parent_of(s) for s in served] == [span_id(r) for r in requests]
+
+
+async def test_a_terminal_named_where_a_permission_request_opens_the_tool_call_serves_it(
+    instrument: Any, exporter: Any, pair: Any, counter: Any
+) -> None:
+    """A tool call first seen in a permission request whose ``toolCall`` embeds a terminal: a request naming
+    that terminal goes under that tool call, though another one is open."""
+    terminal = {"type": "terminal", "terminalId": TERMINAL_ID}
+    script = [
+        (
+            "permission",
+            {"toolCallId": "a", "status": "pending", "kind": "execute", "title": "x", "content": [terminal]},
+        ),
+        _tool_call("b", status="in_progress", kind="read", title="y"),
+        ("request", "terminal/output", {"terminalId": TERMINAL_ID}),
+        _update("a", status="completed"),
+        _update("b", status="completed"),
+    ]
+    await _in_process(pair, counter, ToolAgent(script), "x")
+    spans = exporter.get_finished_spans()
+    (request,) = _requests(spans, C)
+    assert request.name == "terminal/output" and parent_of(request) == span_id(_tools(spans)["a"])
 
 
 async def test_fs_and_terminal_requests_untraced_agent_the_editor_links_them(

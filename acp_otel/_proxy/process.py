@@ -49,9 +49,13 @@ def _logger() -> logging.Logger:
 
 
 FORWARDED_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP") if hasattr(signal, name))
-# After the agent exits, at most this long relaying what it wrote (only an editor that stops reading
-# makes it last; end of file is not waited for: a child of the agent may hold the pipe open for ever).
-OUTPUT_DRAIN_TIMEOUT_S = 0.25
+# After the agent exits, what it wrote is relayed until the relay has read the pipe empty (end of file is not
+# waited for: a child of the agent may hold the pipe open for ever). The relay is given up once no byte has
+# been read for this long (an editor that stops reading), and in any case after OUTPUT_DRAIN_CAP_S (a child of
+# the agent that goes on writing): an idle bound, not a total one, so that an editor reading slowly (or a
+# relay starved of CPU on a busy machine) still gets every byte the agent wrote.
+OUTPUT_DRAIN_TIMEOUT_S = 0.5
+OUTPUT_DRAIN_CAP_S = 1.0
 # The flush after a forwarded signal: the SDK's editor SIGKILLs 2 s after its SIGTERM, acpx 1.5 s.
 SIGNAL_FLUSH_BUDGET_S = 1.0
 # Spans kept for the SDK before the agent's first output: past this many, the SDK is set up at once.
@@ -592,26 +596,78 @@ def _wait(proc: subprocess.Popen[bytes]) -> int:
     return proc.returncode
 
 
-def _drain(relay: threading.Thread, state: Any, agent_out: Any, lock: threading.Lock, limit_s: float) -> None:
+def _drain(
+    relay: threading.Thread,
+    state: Any,
+    agent_out: Any,
+    lock: threading.Lock,
+    idle_s: float,
+    cap_s: float = OUTPUT_DRAIN_CAP_S,
+) -> None:
     """After the agent's exit: let ``relay`` forward what the agent wrote, but not wait for end of file.
 
-    The pipe is made non-blocking, so a relay that reads it empty ends there; one already blocked in a
-    read of the empty pipe (a child of the agent holds it open) has nothing in hand, and is left.
+    The pipe is made non-blocking, so a relay that reads it empty ends there. One already blocked in a read
+    of the empty pipe (a child of the agent holds it open) is woken by a signal (:data:`_WAKE_SIGNAL`, no-op
+    handler): the read fails with EINTR, Python retries it, non-blocking now, and the relay ends. Where no
+    handler can be installed (not the main thread), such a relay is left once seen waiting twice with no read
+    in between. A relay that reads nothing for ``idle_s`` (the editor does not read) is left too, and any
+    relay after ``cap_s``.
     """
     with lock, contextlib.suppress(OSError, ValueError):
         if not agent_out.closed:
             os.set_blocking(agent_out.fileno(), False)
-    deadline = time.monotonic() + limit_s
-    idle_reads = -1  # the read count when the relay was last seen waiting on an empty pipe
-    while relay.is_alive() and time.monotonic() < deadline:
-        reads = state.reads
-        if state.waiting and _unread_bytes(agent_out, lock) == 0:
-            if reads == idle_reads:
-                return  # seen waiting twice, with no read in between: blocked on an empty pipe
-            idle_reads = reads
-        else:
-            idle_reads = -1
-        relay.join(0.01)
+    woken, previous = _wake_handler()
+    try:
+        now = time.monotonic()
+        cap = now + cap_s
+        idle_until = now + idle_s
+        last_reads = state.reads
+        idle_reads = -1  # the read count when the relay was last seen waiting on an empty pipe
+        while relay.is_alive() and now < idle_until and now < cap:
+            reads = state.reads
+            if reads != last_reads:  # bytes arrived: the relay moves, the idle bound starts again
+                last_reads = reads
+                idle_until = now + idle_s
+            if state.waiting and _unread_bytes(agent_out, lock) == 0:
+                if woken:
+                    # Harmless when the relay is not blocked in that read (a read it has just finished, data
+                    # in hand, goes on; a write is retried): it ends by itself, the loop waits for that.
+                    with contextlib.suppress(OSError, ValueError, AttributeError):
+                        signal.pthread_kill(relay.ident, woken)  # type: ignore[arg-type]
+                elif reads == idle_reads:
+                    return  # seen waiting twice, with no read in between: blocked on an empty pipe
+                idle_reads = reads
+            else:
+                idle_reads = -1
+            relay.join(0.01)
+            now = time.monotonic()
+        if relay.is_alive():
+            why = "nothing read" if now >= idle_until else "the cap reached"
+            _logger().debug("acp_otel proxy: relaying the agent's output given up (%s)", why)
+    finally:
+        if woken:
+            with contextlib.suppress(Exception):
+                signal.signal(woken, previous)
+
+
+# A signal whose default action is to be ignored: a stray one changes nothing.
+_WAKE_SIGNAL = getattr(signal, "SIGURG", None)
+
+
+def _wake_handler() -> tuple[int, Any]:
+    """Install a no-op handler for :data:`_WAKE_SIGNAL`: the signal (0 when none could be installed) and the
+    previous handler."""
+    if _WAKE_SIGNAL is None or not hasattr(signal, "pthread_kill"):
+        return 0, None
+    try:
+        # A handler set with signal.signal() interrupts system calls (siginterrupt(signum, True)).
+        return _WAKE_SIGNAL, signal.signal(_WAKE_SIGNAL, _ignore_signal)
+    except (ValueError, OSError):  # not the main thread
+        return 0, None
+
+
+def _ignore_signal(_signum: int, _frame: Any) -> None:
+    """The wake signal's handler: only interrupting the relay's read matters."""
 
 
 def _unread_bytes(stream: Any, lock: threading.Lock) -> int:
