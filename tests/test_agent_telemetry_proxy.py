@@ -98,6 +98,49 @@ async def test_agent_spans_join_the_turn_each_fact_once_and_reach_the_backend_wi
     assert forwarded and all(h.get(HEADER[0]) == HEADER[1] for h in forwarded)
 
 
+def _proxy(spans: list[dict[str, Any]], name: str, trace_id: str) -> list[dict[str, Any]]:
+    return [s for s in spans if s["service"] == "proxy" and s["name"] == name and s["trace_id"] == trace_id]
+
+
+async def test_the_proxys_permission_and_fs_spans_go_under_the_agents_tool_span_once_it_reports_it() -> None:
+    with Backend() as backend:
+        run = await _run(backend, ["--ask"], turns=2)
+        assert run.returncode == 0, run.stderr
+        assert backend.wait_for(lambda b: len(_agent(b.spans(), "shutdown")) == 1)
+        spans = backend.spans()
+    turns = sorted(_turns(spans), key=lambda s: s["attributes"].get("gen_ai.usage.input_tokens") is None)
+    assert len(turns) == 2
+    # The first turn: the proxy's own tool span (the agent's report is not known yet) holds them, as before.
+    first = turns[0]["trace_id"]
+    (proxy_tool,) = [s for s in spans if s["service"] == "proxy" and s["name"].startswith("execute_tool")]
+    assert proxy_tool["trace_id"] == first
+    for name in ("session/request_permission", "fs/read_text_file"):
+        (span,) = _proxy(spans, name, first)
+        assert span["parent"] == proxy_tool["span_id"]
+    # The second: no tool span of the proxy; they hang under the agent's execute_tool span of that tool call.
+    second = turns[1]["trace_id"]
+    (agent_tool,) = [s for s in _agent(spans, "execute_tool read") if s["trace_id"] == second]
+    for name in ("session/request_permission", "fs/read_text_file"):
+        (span,) = _proxy(spans, name, second)
+        assert span["parent"] == agent_tool["span_id"]
+        assert span["attributes"]["acp.tool_call.id"] == agent_tool["attributes"]["gen_ai.tool.call.id"]
+
+
+async def test_the_proxys_spans_stay_under_the_turn_when_the_agent_never_reports_their_tool_call() -> None:
+    with Backend() as backend:
+        run = await _run(backend, ["--ask", "--other-tool-id"], turns=2)
+        assert run.returncode == 0, run.stderr
+        assert backend.wait_for(lambda b: len(_agent(b.spans(), "shutdown")) == 1)
+        spans = backend.spans()
+    turns = sorted(_turns(spans), key=lambda s: s["attributes"].get("gen_ai.usage.input_tokens") is None)
+    second = turns[1]
+    # Held for the agent's tool span, which never came: released at exit as they were (under the turn).
+    for name in ("session/request_permission", "fs/read_text_file"):
+        (span,) = _proxy(spans, name, second["trace_id"])
+        assert span["parent"] == second["span_id"]
+        assert span["attributes"]["acp.tool_call.id"].startswith("call-")
+
+
 async def test_agent_logs_follow_their_span_and_metrics_are_forwarded() -> None:
     with Backend() as backend:
         run = await _run(backend, [])
