@@ -438,3 +438,57 @@ def test_joiner_holds_at_most_max_held_spans_releasing_the_oldest_subtrees() -> 
     request = _request((agent_trace, third, b"\x09" * 8, 1500))
     joiner.join_spans(request)  # one too many: the oldest goes, as if its parent did not exist (under the turn)
     assert _ids(request) == [(turn_trace, first, turn_span)] and joiner.held() == 2
+
+
+# ---------------------------------------------------------------------- the proxy's spans held for the agent's tool spans
+
+
+def test_tool_parents_holds_marked_spans_until_the_tool_span_the_bound_or_the_release() -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.trace import set_span_in_context
+
+    from acp_otel._proxy.tool_parents import ToolParents
+
+    clock = _Clock()
+    tools: dict[tuple[int, str], int] = {}
+    inner = InMemorySpanExporter()
+    held = ToolParents(inner, lambda trace_id, call: tools.get((trace_id, call)), hold_s=10, max_held=2, clock=clock)
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(held))
+    tracer = provider.get_tracer("t")
+    turn = tracer.start_span("turn")
+    under_turn = set_span_in_context(turn)
+
+    def request(call: str, method: str = "fs/read_text_file") -> Any:
+        span = tracer.start_span(method, under_turn, attributes={"acp.method.name": method, "acp.tool_call.id": call})
+        span.end()
+        return span
+
+    def parents() -> dict[str, int | None]:
+        out = {}
+        for s in inner.get_finished_spans():
+            out[str(s.attributes.get("acp.tool_call.id"))] = s.parent.span_id if s.parent is not None else None
+        return out
+
+    trace_id, turn_id = turn.get_span_context().trace_id, turn.get_span_context().span_id
+    request("a")
+    request("u", "session/update")  # an update's own tool call id: never held
+    assert parents() == {"u": turn_id}
+    tools[(trace_id, "a")] = 0xA
+    request("b")  # any export looks at the held ones again: "a"'s tool span has come
+    assert parents() == {"u": turn_id, "a": 0xA}
+    clock.now = 11.0  # past the hold bound: "b" goes as it was
+    request("c")
+    assert parents() == {"u": turn_id, "a": 0xA, "b": turn_id}
+    request("d")
+    request("e")  # three held, two allowed: the oldest goes as it was
+    assert parents()["c"] == turn_id and "d" not in parents()
+    tools[(trace_id, "e")] = 0xE
+    held.release()  # at exit: every one, under its tool span when that came
+    assert parents() == {"u": turn_id, "a": 0xA, "b": turn_id, "c": turn_id, "d": turn_id, "e": 0xE}
+    assert all(s.context.trace_id == trace_id for s in inner.get_finished_spans())
+    request("f")  # after the release: as it is
+    assert parents()["f"] == turn_id
+    provider.shutdown()

@@ -284,17 +284,20 @@ class Joiner:
         return fate
 
     def _note_tool(self, span: Span) -> None:
-        """Remember where an ``execute_tool`` span with a tool call id went (for :meth:`tool_span`)."""
-        for kv in span.attributes:
-            if kv.key == "gen_ai.operation.name":
-                if kv.value.string_value == "execute_tool":
-                    tool_call_id = _attribute(span, self._tool_keys)
-                    if tool_call_id is not None:
-                        self._tool_spans[(span.trace_id, tool_call_id)] = span.span_id
-                        self._noted = True
-                        if len(self._tool_spans) > MAX_KNOWN_TOOLS:
-                            self._tool_spans.popitem(last=False)
-                return
+        """Remember where a span naming a tool call (one of the tool call id keys) went, for :meth:`tool_span`: an
+        ``execute_tool`` span wins over others of the same tool call (OpenCode's ``Tool.execute`` is not one)."""
+        tool_call_id = _attribute(span, self._tool_keys)
+        if tool_call_id is None:
+            return
+        key = (span.trace_id, tool_call_id)
+        execute = any(
+            kv.key == "gen_ai.operation.name" and kv.value.string_value == "execute_tool" for kv in span.attributes
+        )
+        if execute or key not in self._tool_spans:
+            self._tool_spans[key] = span.span_id
+            self._noted = True
+            if len(self._tool_spans) > MAX_KNOWN_TOOLS:
+                self._tool_spans.popitem(last=False)
 
     def tool_span(self, trace_id: bytes, tool_call_id: str) -> bytes | None:
         """The id of the agent's ``execute_tool`` span of ``tool_call_id`` in trace ``trace_id`` (after joining:
