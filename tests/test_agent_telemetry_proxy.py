@@ -440,7 +440,7 @@ def test_joiner_holds_at_most_max_held_spans_releasing_the_oldest_subtrees() -> 
     assert _ids(request) == [(turn_trace, first, turn_span)] and joiner.held() == 2
 
 
-# ---------------------------------------------------------------------- the proxy's spans held for the agent's
+# ------------------------------------------------------------ the proxy's own spans held for the agent's tool spans
 
 
 def test_tool_parents_holds_marked_spans_until_the_tool_span_the_bound_or_the_release() -> None:
