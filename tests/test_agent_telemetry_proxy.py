@@ -489,6 +489,8 @@ def test_tool_parents_holds_marked_spans_until_the_tool_span_the_bound_or_the_re
     held.release()  # at exit: every one, under its tool span when that came
     assert parents() == {"u": turn_id, "a": 0xA, "b": turn_id, "c": turn_id, "d": turn_id, "e": 0xE}
     assert all(s.context.trace_id == trace_id for s in inner.get_finished_spans())
-    request("f")  # after the release: as it is
-    assert parents()["f"] == turn_id
+    request("f")  # after the release: never held; moved when its tool span came
+    tools[(trace_id, "g")] = 0x6
+    request("g")
+    assert parents()["f"] == turn_id and parents()["g"] == 0x6
     provider.shutdown()

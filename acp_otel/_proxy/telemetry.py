@@ -416,12 +416,10 @@ class Telemetry:
         def run() -> None:
             try:
                 if self.provider is not None:
-                    self.provider.force_flush()
-                    if self.tool_parents:
-                        if self.agent_joined is not None:  # the agent's last tool spans, seen first (bounded)
-                            self.agent_joined(max(0.0, started + timeout_s / 2 - time.monotonic()))
-                        for tool_parents in self.tool_parents:
-                            tool_parents.release()
+                    try:
+                        self.provider.force_flush()
+                    finally:
+                        self._release_held(started + timeout_s / 2)
                 if self.meter_provider is not None:
                     self.meter_provider.force_flush()
             except Exception:
@@ -431,6 +429,15 @@ class Telemetry:
 
         threading.Thread(target=run, name="acp-otel-flush", daemon=True).start()
         return done.wait(timeout_s)
+
+    def _release_held(self, wait_until: float) -> None:
+        """Export the spans held for the agent's tool spans, once the agent's last spans are joined (waited for
+        until ``wait_until``, monotonic)."""
+        if self.tool_parents:
+            if self.agent_joined is not None:
+                self.agent_joined(max(0.0, wait_until - time.monotonic()))
+            for tool_parents in self.tool_parents:
+                tool_parents.release()
 
     def problems(self, flushed: bool, timeout_s: float) -> list[str]:
         """What went wrong with telemetry: rejected settings, spans and metrics not exported and why."""

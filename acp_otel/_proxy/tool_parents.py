@@ -117,11 +117,14 @@ class ToolParents(SpanExporter):
         with self._lock:
             held = self._held
             for span in spans:
-                tool_call_id = tool_call_of(span) if not self._stopped else None  # after release: as they are
+                tool_call_id = tool_call_of(span)
                 if tool_call_id is None or not _whole(span):
                     out.append(span)
-                    continue
-                held.append((now + self._hold_s, span, tool_call_id))
+                elif self._stopped:  # after the release: moved if its tool span came, never held
+                    parent = self._parent(span, tool_call_id)
+                    out.append(reparented(span, parent) if parent is not None else span)
+                else:
+                    held.append((now + self._hold_s, span, tool_call_id))
             kept: list[tuple[float, ReadableSpan, str]] = []
             for entry in held:
                 deadline, span, tool_call_id = entry
