@@ -16,7 +16,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from ._agent_switches import ALIASES, CONTENT_SWITCHES, SWITCHES, normalized
+from ._agent_switches import ALIASES, CONTENT_SWITCHES, PARENT_META_KEYS, SWITCHES, normalized
 
 # Where a tool call's name is when ACP's own ``name`` is absent: the first title taken whole when it is a plain
 # identifier (``read``), or the identifier it starts with, alone or before a ``:`` (``ReadFile: notes.txt``).
@@ -39,7 +39,7 @@ META_CLAUDE_CODE_TOOL_NAME = ("claudeCode", "toolName")
 META_TOOL_NAME = ("toolName",)
 
 
-QWEN_TRACE_KEYS = ("qwen.telemetry.traceparent", "qwen.telemetry.tracestate")
+QWEN_TRACE_KEYS = PARENT_META_KEYS["qwen-code"]
 
 
 @dataclass(frozen=True)

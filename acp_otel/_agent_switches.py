@@ -25,6 +25,13 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "pi-acp": ("pi-acp", "pi-coding-agent"),
 }
 
+# Per profile key: the ``_meta`` keys the agent reads a trace parent from, besides the reserved ones (the proxy
+# writes them with ``--agent-telemetry``; its standard-library relay of the first lines needs them before the
+# profiles are imported).
+PARENT_META_KEYS: dict[str, tuple[str, ...]] = {
+    "qwen-code": ("qwen.telemetry.traceparent", "qwen.telemetry.tracestate"),
+}
+
 # Per profile key: the variables that switch its own export on, to the receiver (:data:`ENDPOINT` in a value
 # stands for it), set beside the standard ``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``_PROTOCOL`` / ``OTEL_SERVICE_NAME``.
 # Names from each agent's source at its profile's version (docs/agent-telemetry.md).

@@ -17,8 +17,9 @@ application carries on as if it were not instrumented.
 from __future__ import annotations
 
 import logging
+import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -90,6 +91,11 @@ class Engine:
         self._method_table = MethodTable(settings, instruments)
         self._methods = self._method_table.cache  # read inline per message; the table's info() on a miss
         self._facts = DirectionFacts()
+
+    def use_clock(self, clock: Callable[[], float] | None) -> None:
+        """Measure request durations with ``clock`` (a monotonic clock in seconds; ``None``: ``time.monotonic``).
+        The proxy traces the lines it relayed before the engine existed with the times they were relayed."""
+        self._spans.clock = clock or time.monotonic
 
     @property
     def propagation_keys(self) -> tuple[str, ...]:

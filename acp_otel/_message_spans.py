@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import time
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -125,6 +126,7 @@ class MessageSpans:
         self, tracer: trace.Tracer, settings: Settings, instruments: Instruments | None, turns: TurnLayer
     ) -> None:
         self._tracer = tracer
+        self.clock: Callable[[], float] = time.monotonic  # of request durations (see Engine.use_clock)
         self._settings = settings
         self._capture = settings.capture_content
         self._max_len = settings.capture_content_max_length
@@ -213,7 +215,7 @@ class MessageSpans:
             instruments = self._instruments
             if instruments is not None and is_request and instruments.recording():
                 # A v1 turn and its request start together: one clock read for both.
-                call.started = turn.started if turn is not None and not turn.own_span else time.monotonic()
+                call.started = turn.started if turn is not None and not turn.own_span else self.clock()
             if (method == sc.INITIALIZE or self._capture) and span.is_recording():
                 if method == sc.INITIALIZE and type(params) is dict:
                     initialize_params(span, peer, params)
@@ -346,7 +348,7 @@ class MessageSpans:
             else:
                 attributes = instruments.request_attributes(info.metric_name, error_type)
             histogram = instruments.server_duration if call.server else instruments.client_duration
-            histogram.record(time.monotonic() - started, attributes)
+            histogram.record(self.clock() - started, attributes)
 
     def _on_result(self, call: Call, result: Any) -> None:
         span = call.span

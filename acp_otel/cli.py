@@ -5,23 +5,32 @@
 (see :mod:`acp_otel._proxy`).
 
 Editors start ``acp-otel proxy`` on every agent start, and the agent is started before anything heavy is
-imported: ``acp-otel proxy ...`` is parsed by the proxy's own parser (argparse and :mod:`._proxy.options`
-only), without the demo's modules; the full parser is built for everything else.
+imported: ``acp-otel proxy -- CMD ...`` is read without a parser (:func:`._proxy.options.plain_command`), other
+``acp-otel proxy ...`` command lines by the proxy's own parser (argparse and :mod:`._proxy.options` only),
+without the demo's modules; the full parser is built for everything else.
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 from ._proxy import options as proxy_options
 from .version import __version__
+
+TYPE_CHECKING = False  # not typing's: imported before the proxy's agent starts (type checkers see True)
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Callable
+
+    from ._proxy.options import ProxyOptions
 
 PROXY_HELP = "relay and trace an ACP agent's stdio: acp-otel proxy [options] -- CMD [ARGS...]"
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``acp-otel`` argument parser with its subcommands."""
+    import argparse
+
     from ._demo import runner
 
     parser = argparse.ArgumentParser(
@@ -53,6 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _proxy_parser() -> argparse.ArgumentParser:
     """The parser of ``acp-otel proxy`` alone: what ``build_parser``'s proxy subcommand parses, lighter."""
+    import argparse
+
     parser = argparse.ArgumentParser(prog="acp-otel proxy", description=proxy_options.DESCRIPTION)
     proxy_options.add_arguments(parser)
     parser.set_defaults(handler=_proxy, command="proxy")
@@ -60,9 +71,13 @@ def _proxy_parser() -> argparse.ArgumentParser:
 
 
 def _proxy(args: argparse.Namespace) -> int:
+    return _run_proxy(proxy_options.options_from_args(args))
+
+
+def _run_proxy(options: ProxyOptions) -> int:
     from ._proxy.process import run
 
-    return run(proxy_options.options_from_args(args))
+    return run(options)
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -74,21 +89,25 @@ def _demo(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``acp-otel`` console script; returns the exit status."""
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["proxy"]:  # the editor's path: nothing but the proxy's options before the agent starts
-        args = _proxy_parser().parse_args(argv[1:])
+    # The editor's path: nothing but the proxy's options before the agent starts, and no parser for `-- CMD`.
+    plain = proxy_options.plain_command(argv[1:]) if argv[:1] == ["proxy"] else None
+    handler: Callable[[], int]
+    if plain is not None:
+        command, handler = "proxy", lambda: _run_proxy(plain)
     else:
-        args = build_parser().parse_args(argv)
+        args = _proxy_parser().parse_args(argv[1:]) if argv[:1] == ["proxy"] else build_parser().parse_args(argv)
+        command, handler = args.command, lambda: args.handler(args)
     try:
-        return int(args.handler(args))
+        return int(handler())
     except KeyboardInterrupt:
-        print(f"acp-otel {args.command}: interrupted", file=sys.stderr)
+        print(f"acp-otel {command}: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:
         from ._demo.runner import DemoError
 
         if not isinstance(exc, DemoError):
             raise
-        print(f"acp-otel {args.command}: error: {exc}", file=sys.stderr)
+        print(f"acp-otel {command}: error: {exc}", file=sys.stderr)
         return 1
 
 

@@ -28,7 +28,12 @@ needs no model). Four ways, interleaved in a rotating order, round after round: 
 (traced, exporting to the loopback receiver; the same ``OTEL_*`` environment reaches all of them) and
 ``proxy-agent-tel`` (the proxy with ``--agent-telemetry``). After each
 start the agent's process group is killed. Medians are printed with the bound the proxy is held to: at most
-twice what the plain relay adds, or 30 ms, whichever is larger. Nothing is asserted.
+twice what the plain relay adds, or 30 ms, whichever is larger. Then the CPU time the relay process (plain
+relay or proxy, all its threads) has used when the editor's ``initialize`` reaches the agent, read by the agent
+itself (a small agent that reads its parent's ``/proc/PID/task/*/schedstat`` on ``initialize`` and answers at
+once; Linux only), interleaved, medians: unlike the wall-clock times, it hardly moves with the machine's load.
+The package is byte-compiled first, as an installed one is (with ``PYTHONDONTWRITEBYTECODE`` set, a checkout
+would compile its modules on every start). The load average is printed with the figures. Nothing is asserted.
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ from typing import Any
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 ECHO = [sys.executable, os.path.abspath(__file__), "--echo-agent"]
+CPU_AGENT = [sys.executable, os.path.abspath(__file__), "--cpu-agent"]
 PLAIN = [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "_plain_relay.py"), "--"]
 PROXY = [sys.executable, "-m", "acp_otel.cli", "proxy", "--"]
 # As editors start it: the console script (what it imports is what an editor pays), when installed.
@@ -78,6 +84,17 @@ def echo_agent() -> None:
             answer = {"jsonrpc": "2.0", "id": message["id"], "result": {"stopReason": "end_turn"}}
             out.write(json.dumps(answer).encode() + b"\n")
             out.flush()
+
+
+def cpu_agent() -> None:
+    """Answer ``initialize`` with the CPU nanoseconds the parent process (the relay) has used so far."""
+    line = sys.stdin.buffer.readline()
+    message = json.loads(line)
+    cpu = _cpu_s(os.getppid())
+    answer = {"jsonrpc": "2.0", "id": message["id"], "result": {"protocolVersion": 1, "relayCpuSeconds": cpu}}
+    sys.stdout.write(json.dumps(answer) + "\n")
+    sys.stdout.flush()
+    sys.stdin.read()
 
 
 # ----------------------------------------------------------------------------------- measuring
@@ -204,6 +221,19 @@ def start_up_agents(home: Path, smoke: bool) -> list[tuple[str, list[str], dict[
     return agents
 
 
+def _cpu_s(pid: int) -> float | None:
+    """CPU seconds the live threads of ``pid`` have used (``None`` where ``/proc`` does not tell)."""
+    total = 0
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+        for task in tasks:
+            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                total += int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return total / 1e9
+
+
 def _start_once(command: list[str], env: dict[str, str]) -> float:
     """Seconds from starting ``command`` to the answer of its ``initialize``; the process group is then killed."""
     t0 = time.perf_counter()
@@ -239,6 +269,9 @@ def _start_once(command: list[str], env: dict[str, str]) -> float:
 
 
 def measure_start_up(rounds: int, sink_env: dict[str, str], smoke: bool) -> dict[str, dict[str, list[float]]]:
+    import compileall
+
+    compileall.compile_dir(os.path.join(REPO, "acp_otel"), quiet=1, force=True)  # force: a pyc of the same second
     results: dict[str, dict[str, list[float]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         agents = start_up_agents(Path(tmp), smoke)
@@ -286,8 +319,28 @@ def report_trips(trips: dict[str, list[float]], per_round: int) -> None:
     )
 
 
-def report_start(start: dict[str, dict[str, list[float]]]) -> None:
-    print("start-up: spawn to the initialize answer, milliseconds (medians of interleaved rounds)")
+def measure_relay_cpu(rounds: int, sink_env: dict[str, str]) -> dict[str, list[float]]:
+    """CPU seconds of the plain relay and of the proxy when ``initialize`` reaches :func:`cpu_agent`."""
+    env = _env(**sink_env)
+    variants = {"plain-relay": [*PLAIN, *CPU_AGENT], "proxy": [*PROXY_START, *CPU_AGENT]}
+    results: dict[str, list[float]] = {v: [] for v in variants}
+    for r in range(rounds + 1):
+        for name in sorted(variants, reverse=bool(r % 2)):
+            proc = subprocess.Popen(variants[name], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+            assert proc.stdin is not None and proc.stdout is not None
+            proc.stdin.write(INITIALIZE)
+            proc.stdin.flush()
+            cpu = json.loads(proc.stdout.readline())["result"]["relayCpuSeconds"]
+            proc.stdin.close()
+            proc.wait(30)
+            if r and cpu is not None:
+                results[name].append(cpu)
+    return results
+
+
+def report_start(start: dict[str, dict[str, list[float]]], cpu: dict[str, list[float]]) -> None:
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"start-up: spawn to the initialize answer, milliseconds (medians of interleaved rounds; load {load})")
     print(f"{'agent':<18} {'direct':>9} {'plain':>9} {'proxy':>9} {'plain adds':>11} {'proxy adds':>11} {'bound':>9}")
     for agent, samples in start.items():
         if not all(samples.values()):
@@ -305,6 +358,12 @@ def report_start(start: dict[str, dict[str, list[float]]]) -> None:
         option_adds = medians["proxy-agent-tel"] - medians["proxy"]
         verdict = "within" if option_adds <= 0.020 else "OVER"
         print(f"{'':<18} --agent-telemetry adds {_ms(option_adds)} ms to the proxy's start-up (bound 20 ms) {verdict}")
+    if all(cpu.values()):
+        print(
+            "CPU time of the relay process when initialize reaches the agent, milliseconds (medians of "
+            f"{len(cpu['proxy'])}): plain relay {_ms(statistics.median(cpu['plain-relay']))}, "
+            f"proxy {_ms(statistics.median(cpu['proxy']))}"
+        )
 
 
 def main() -> None:
@@ -315,9 +374,13 @@ def main() -> None:
     parser.add_argument("--start-rounds", type=int, help="start-up rounds (default 2 with --smoke, else 15)")
     parser.add_argument("--start-up-only", action="store_true", help="skip the round trips")
     parser.add_argument("--echo-agent", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--cpu-agent", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.echo_agent:
         echo_agent()
+        return
+    if args.cpu_agent:
+        cpu_agent()
         return
     # The demo's loopback OTLP/HTTP receiver (the benchmarks import nothing from tests/).
     from acp_otel._demo.receiver import OtlpReceiver
@@ -336,10 +399,11 @@ def main() -> None:
         per_round = args.per_round if not args.smoke else 20
         trips = {} if args.start_up_only else measure_round_trips(rounds, per_round, sink_env)
         start = measure_start_up(start_rounds, sink_env, args.smoke)
+        cpu = measure_relay_cpu(start_rounds, sink_env)
         if trips:
             report_trips(trips, per_round)
             print(f"spans received by the loopback OTLP receiver: {len(sink.spans())}")
-        report_start(start)
+        report_start(start, cpu)
 
 
 if __name__ == "__main__":

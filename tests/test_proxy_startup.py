@@ -9,10 +9,12 @@ loopback receiver), an editor writing raw lines. A slow SDK is made by a test-on
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import select
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -35,9 +37,9 @@ def _hooked_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def _line(request_id: int, method: str, params: str, parent: str) -> bytes:
-    meta = f'"_meta":{{"traceparent":"00-{EDITOR_TRACE}-{parent}-01"}}'
-    return f'{{"jsonrpc":"2.0","id":{request_id},"method":"{method}","params":{{{params},{meta}}}}}\n'.encode()
+def _line(request_id: int, method: str, params: str, parent: str | None) -> bytes:
+    meta = f',"_meta":{{"traceparent":"00-{EDITOR_TRACE}-{parent}-01"}}' if parent else ""
+    return f'{{"jsonrpc":"2.0","id":{request_id},"method":"{method}","params":{{{params}{meta}}}}}\n'.encode()
 
 
 def _answer(proc: subprocess.Popen[bytes], timeout_s: float = 60) -> bytes:
@@ -61,13 +63,24 @@ def _the(spans: list[Span], name: str, kind: str, service: str) -> Span:
     return found[0]
 
 
-def _initialize_and_new_session(tmp_path: Path, gated: bool) -> tuple[dict[str, Span], int]:
-    """``initialize`` and ``session/new`` from a traced editor through the proxy to a traced agent; with
-    ``gated`` the proxy's SDK import is held until both are answered. The four spans, and when the gate opened."""
-    gate = tmp_path / f"gate-{gated}"
+# With this setting (the default value, written out) the proxy's early relay stands aside: every line goes
+# through the engine, imported at once, as it did before lines were relayed without it.
+ENGINE_FROM_THE_START = {"OTEL_PYTHON_ACP_INJECT": "true"}
+
+
+def _initialize_and_new_session(
+    tmp_path: Path, gated: bool, traced_editor: bool = True, **extra_env: str
+) -> tuple[dict[str, Span], dict[str, tuple[int, int]], int]:
+    """``initialize`` and, right after its answer, ``session/new``, from an editor (traced or not) through the
+    proxy to a traced agent. With ``gated`` the engine's import (which starts once the agent has answered) is
+    held until both are answered, so both are relayed without it, then the SDK's until the engine is ready. The
+    four spans; when each request was sent and answered; when the SDK was let go."""
+    sdk_gate, engine_gate = tmp_path / f"sdk-{gated}-{traced_editor}", tmp_path / f"engine-{gated}-{traced_editor}"
     with OtlpSink() as sink:
-        extra = {"ACP_OTEL_TEST_SDK_GATE": str(gate)} if gated else {}
-        env = _hooked_env(**sink.env(), ACP_OTEL_TEST_SPANS="otlp", **extra)
+        extra = (
+            {"ACP_OTEL_TEST_SDK_GATE": str(sdk_gate), "ACP_OTEL_TEST_ENGINE_GATE": str(engine_gate)} if gated else {}
+        )
+        env = _hooked_env(**sink.env(), ACP_OTEL_TEST_SPANS="otlp", **extra, **extra_env)
         command = [
             *PROXY,
             "--flush-timeout",
@@ -81,17 +94,27 @@ def _initialize_and_new_session(tmp_path: Path, gated: bool) -> tuple[dict[str, 
         assert proc.stdin is not None
         opened = 0
         try:
-            proc.stdin.write(_line(0, "initialize", '"protocolVersion":1,"clientCapabilities":{}', INIT_PARENT))
+            times: dict[str, tuple[int, int]] = {}
+            sent = time.time_ns()
+            init_parent = INIT_PARENT if traced_editor else None
+            proc.stdin.write(_line(0, "initialize", '"protocolVersion":1,"clientCapabilities":{}', init_parent))
             proc.stdin.flush()
             assert b'"result"' in _answer(proc)
-            proc.stdin.write(_line(1, "session/new", f'"cwd":"{tmp_path}","mcpServers":[]', NEW_PARENT))
+            times["initialize"] = (sent, time.time_ns())
+            new_parent = NEW_PARENT if traced_editor else None
+            sent = time.time_ns()
+            proc.stdin.write(_line(1, "session/new", f'"cwd":"{tmp_path}","mcpServers":[]', new_parent))
             proc.stdin.flush()
             assert b'"sessionId"' in _answer(proc)
-            if gated:
-                _wait_for_file(Path(f"{gate}.waiting"))  # the set-up is at the SDK's import, still waiting
-                assert not gate.exists()
+            times["session/new"] = (sent, time.time_ns())
+            if gated:  # the engine's import started once the agent had answered, and is held
+                _wait_for_file(Path(f"{engine_gate}.waiting"))
+                assert not engine_gate.exists()
+                engine_gate.touch()
+                _wait_for_file(Path(f"{sdk_gate}.waiting"))  # the set-up is at the SDK's import, still waiting
+                assert not sdk_gate.exists()
                 opened = time.time_ns()
-                gate.touch()
+                sdk_gate.touch()
             proc.stdin.close()
             assert proc.wait(60) == 0
         finally:
@@ -105,19 +128,27 @@ def _initialize_and_new_session(tmp_path: Path, gated: bool) -> tuple[dict[str, 
             ("session/new", "SERVER", "test-agent"),
         ]
         spans = sink.wait_for(lambda s: all(any((x.name, x.kind, x.service) == k for x in s) for k in keys))
-    return {f"{k[0]} {k[1]}": _the(spans, *k) for k in keys}, opened
+    return {f"{k[0]} {k[1]}": _the(spans, *k) for k in keys}, times, opened
 
 
-def test_first_messages_are_relayed_before_the_sdk_is_ready_and_traced_as_always(tmp_path: Path) -> None:
-    """The SDK's import held until ``initialize`` and ``session/new`` are answered: both answered, and the
-    spans, their attributes and links (editor -> proxy -> agent) are those of a run with no wait."""
-    plain, _ = _initialize_and_new_session(tmp_path, gated=False)
-    early, opened = _initialize_and_new_session(tmp_path, gated=True)
+@pytest.mark.parametrize("traced_editor", [True, False], ids=["traced-editor", "untraced-editor"])
+def test_first_messages_are_relayed_before_the_engine_and_the_sdk_and_traced_as_always(
+    tmp_path: Path, traced_editor: bool
+) -> None:
+    """``initialize`` and ``session/new`` (sent right after the answer) relayed with the engine's import held,
+    the SDK's held until the engine is ready: the spans, their attributes and links (editor -> proxy -> agent)
+    are those of a run with the engine from the start and no wait, with the times they really had."""
+    plain, _, _ = _initialize_and_new_session(tmp_path, False, traced_editor, **ENGINE_FROM_THE_START)
+    early, times, opened = _initialize_and_new_session(tmp_path, True, traced_editor)
     for spans in (plain, early):
         for method, parent in (("initialize", INIT_PARENT), ("session/new", NEW_PARENT)):
             proxy, agent = spans[f"{method} CLIENT"], spans[f"{method} SERVER"]
-            assert proxy.trace_id == agent.trace_id == EDITOR_TRACE
-            assert proxy.parent_id == parent  # the editor's span
+            assert proxy.trace_id == agent.trace_id
+            if traced_editor:
+                assert proxy.trace_id == EDITOR_TRACE
+                assert proxy.parent_id == parent  # the editor's span
+            else:
+                assert not proxy.parent_id  # a root
             assert agent.parent_id == proxy.span_id  # the context the proxy wrote into the forwarded message
             assert proxy.status == "UNSET"
     for key in ("initialize CLIENT", "session/new CLIENT"):
@@ -126,13 +157,16 @@ def test_first_messages_are_relayed_before_the_sdk_is_ready_and_traced_as_always
         assert {k: v for k, v in early[key].attributes.items() if k not in ignored} == {
             k: v for k, v in plain[key].attributes.items() if k not in ignored
         }
-        # Recorded with the times they really had: started and ended before the SDK existed.
-        assert early[key].start_ns < early[key].end_ns < opened
+        # Made once the engine was imported (after both answers), with the times they really had: started
+        # once the editor had sent the request, ended before the editor had the answer.
+        sent, answered = times[key.split()[0]]
+        assert sent <= early[key].start_ns < early[key].end_ns <= answered < opened
 
 
 def test_the_agent_is_started_before_anything_heavy_is_imported(tmp_path: Path) -> None:
     """At the moment the proxy starts its agent, neither OpenTelemetry nor the engine, the exporters or the demo
-    is imported (the modules loaded are listed by an audit hook on the first ``subprocess.Popen``)."""
+    is imported, nor argparse for ``proxy -- CMD`` (the modules loaded are listed by an audit hook on the first
+    ``subprocess.Popen``)."""
     modules = tmp_path / "modules"
     env = _hooked_env(
         OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{closed_port()}", ACP_OTEL_TEST_SPAWN_MODULES=str(modules)
@@ -143,6 +177,70 @@ def test_the_agent_is_started_before_anything_heavy_is_imported(tmp_path: Path) 
     assert "acp_otel._proxy.process" in loaded  # the hook saw the proxy's own spawn
     heavy = ("opentelemetry", "acp_otel._demo", "acp_otel._engine", "acp_otel._proxy.telemetry", "google", "wrapt")
     assert [m for m in loaded if m.startswith(heavy)] == []
+    assert "argparse" not in loaded  # `proxy -- CMD`: no parser built
+
+
+@pytest.mark.parametrize(
+    "argv", [["--", "agent"], ["--", "node", "x.js", "--acp", "-v"], ["--", "--help"], ["--", "--", "x"]]
+)
+@pytest.mark.parametrize("debug", ["", "true"])
+def test_proxy_dash_dash_cmd_is_read_as_the_parser_reads_it(argv: list[str], debug: str) -> None:
+    from acp_otel._proxy import options
+
+    environ = {options.ENV_DEBUG: debug}
+    plain = options.plain_command(argv, environ)
+    assert plain is not None
+    parsed = options.options_from_args(cli._proxy_parser().parse_args(argv), environ)
+    assert {k: getattr(plain, k) for k in plain.__slots__} == {k: getattr(parsed, k) for k in parsed.__slots__}
+    assert [options.plain_command(a, environ) for a in (["--"], [], ["-v", "--", "x"], ["x", "--", "y"])] == [None] * 4
+
+
+HOLDING_AGENT = """
+import os, sys, time
+record, go = sys.argv[1:3]
+line = sys.stdin.buffer.readline()
+with open(record + ".tmp", "wb") as f:
+    f.write(line)
+os.rename(record + ".tmp", record)
+while not os.path.exists(go):
+    time.sleep(0.01)
+sys.stdout.buffer.write(b'{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":1}}\\n')
+sys.stdout.flush()
+sys.stdin.buffer.read()
+"""
+
+
+def test_nothing_heavy_is_imported_before_the_agent_answers_initialize(tmp_path: Path) -> None:
+    """While the agent has the editor's ``initialize`` and has not answered (its start), the proxy has imported
+    neither OpenTelemetry nor the engine; the forwarded ``initialize`` carries the proxy's trace context."""
+    record, go, modules = tmp_path / "initialize", tmp_path / "go", tmp_path / "modules"
+    env = _hooked_env(
+        OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{closed_port()}", ACP_OTEL_TEST_MODULES_ON=str(modules)
+    )
+    agent = [sys.executable, "-c", HOLDING_AGENT, str(record), str(go)]
+    proc = subprocess.Popen([*PROXY, "--", *agent], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+    assert proc.stdin is not None
+    try:
+        proc.stdin.write(_line(0, "initialize", '"protocolVersion":1,"clientCapabilities":{}', None))
+        proc.stdin.flush()
+        _wait_for_file(record)
+        Path(f"{modules}.dump").touch()
+        _wait_for_file(modules)
+        go.touch()
+        assert b'"result"' in _answer(proc)
+        proc.stdin.close()
+        assert proc.wait(60) == 0
+    finally:
+        with contextlib.suppress(OSError):
+            proc.kill()
+        proc.wait()
+    loaded = modules.read_text().split()
+    assert "acp_otel._proxy.early" in loaded  # what relayed initialize
+    # The "opentelemetry" namespace package (no code) is imported to find the API's files (early.random_flag).
+    heavy = ("opentelemetry.", "acp_otel._engine", "acp_otel._proxy.deferred", "acp_otel._proxy.telemetry", "logging")
+    assert [m for m in loaded if m.startswith(heavy)] == []
+    forwarded = json.loads(record.read_bytes())
+    assert re.fullmatch(r"00-[0-9a-f]{32}-[0-9a-f]{16}-0[13]", forwarded["params"]["_meta"]["traceparent"])
 
 
 def test_an_agent_that_exits_before_the_engine_is_ready_has_all_its_output_relayed(tmp_path: Path) -> None:
@@ -363,4 +461,132 @@ def test_early_metric_records_are_recorded_once_the_meter_provider_exists() -> N
     assert duration.count == 2 and duration.sum == pytest.approx(0.75)
     (tokens,) = points["acp.turn.usage.input_tokens"]
     assert tokens.value == 7
+    provider.shutdown()
+
+
+# ------------------------------------------------------------------ lines relayed before the engine, in process
+
+EARLY_PARENTS = [None, *(f"00-{EDITOR_TRACE}-{INIT_PARENT}-{flags:02x}" for flags in (0, 1, 2, 3))]
+
+
+def _initialize_line(traceparent: str | None, method: str = "initialize") -> bytes:
+    meta = f',"_meta":{{"traceparent":"{traceparent}"}}' if traceparent else ""
+    return f'{{"jsonrpc":"2.0","id":0,"method":"{method}","params":{{"protocolVersion":1{meta}}}}}'.encode()
+
+
+@pytest.mark.parametrize("env", SAMPLERS, ids=lambda e: "-".join(e.values()) or "default")
+def test_early_requests_are_forwarded_as_the_engine_forwards_them(env: dict[str, str]) -> None:
+    """For each built-in sampler (those that drop too), kind of parent (none; the editor's, sampled or not,
+    with or without the random trace id flag) and request :mod:`early` relays: the bytes it forwards are those
+    the engine forwards for the same line when its early tracer is given the same ids (what the replay does)."""
+    from acp_otel._agent_switches import PARENT_META_KEYS
+    from acp_otel._engine import Engine
+    from acp_otel._proxy import deferred, early
+    from acp_otel._proxy.tracing import Direction, MessageTracer
+    from acp_otel._settings import load_settings
+
+    decision, flag = early.sampler_decision(env), early.random_flag()
+    assert decision is not None and flag is not None
+    cases = [
+        (p, m, k) for p in EARLY_PARENTS for m in sorted(early.EARLY_METHODS) for k in ((), *PARENT_META_KEYS.values())
+    ]
+    for traceparent, method, extra_keys in cases:  # extra keys: the agent's own, with --agent-telemetry
+        settings = load_settings({"extra_trace_keys": ",".join(extra_keys)} if extra_keys else {}, {})
+        assert settings.extra_trace_keys == extra_keys
+        for _ in range(10):  # random trace ids, for the ratio samplers
+            lines = early.EarlyLines(decision, flag, extra_keys)
+            line = _initialize_line(traceparent, method)
+            forwarded = lines.relay(True, line)
+            assert forwarded is not None and forwarded != line
+            (kept,) = lines.kept
+            assert kept.ids is not None and (kept.line, kept.forwarded) == (line, forwarded)
+            decide = deferred.early_sampler(env)
+            assert decide is not None
+            tracer = deferred.DeferredTracer(decide)
+            message_tracer = MessageTracer(Engine(tracer, settings))
+            tracer.force_ids(*kept.ids)
+            assert message_tracer.on_line(Direction.EDITOR_TO_AGENT, line) == (forwarded, None)
+
+
+def test_early_leaves_to_the_engine_what_it_does_not_reproduce() -> None:
+    """Lines :mod:`early` does not decide (the engine is then imported and they wait for it), lines it relays
+    untouched as the engine would (responses kept for the engine), and configurations it stands aside for."""
+    from acp_otel import _settings
+    from acp_otel._proxy import early
+
+    decision = early.sampler_decision({})
+    assert decision is not None
+    lines = early.EarlyLines(decision, 0)
+    for meta in (
+        '"tracestate":"v=1"',
+        '"baggage":"k=v"',
+        '"traceparent":"01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"',
+        '"traceparent":"00-00000000000000000000000000000000-b7ad6b7169203331-01"',
+        '"traceparent":"00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-01"',
+        '"traceparent":7',
+    ):
+        line = b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"_meta":{%s}}}' % meta.encode()
+        assert lines.relay(True, line) is None, meta
+    undecided = [
+        b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"_meta":"x"}}',
+        b'{"jsonrpc":"2.0","id":0,"method":"initialize"}',
+        b'{"jsonrpc":"2.0","method":"initialize","params":{}}',
+        b'{"jsonrpc":"2.0","id":1,"method":"session/prompt","params":{}}',
+        b'{"jsonrpc":"2.0","id":1,"method":"$/x","params":{}}',
+        b'{"jsonrpc":"2.0","method":"session/update","params":{}}',
+    ]
+    assert [lines.relay(True, line) for line in undecided] == [None] * len(undecided)
+    assert lines.relay(False, b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{}}') is None
+    untouched = [b"not json", b"[1,2]", b'"text"', b'{"id":3}', b'{"jsonrpc":"2.0","id":0,"result":{}}']
+    assert [lines.relay(False, line) for line in untouched] == untouched
+    assert [k.line for k in lines.kept] == [untouched[-1]]  # the response ends a span: kept for the engine
+    assert early.stand_in_for({}, {}) is not None
+    for variable_env in ({"OTEL_PROPAGATORS": "b3"}, {"OTEL_TRACES_SAMPLER": "plugin"}):
+        assert early.stand_in_for({}, variable_env) is None
+    assert early.stand_in_for({}, {"OTEL_PROPAGATORS": "tracecontext, baggage"}) is not None
+    for option, variable in early.INJECTION_SETTINGS.items():
+        assert _settings._OPTIONS[option][0] == variable  # the settings' own names
+        assert early.stand_in_for({option: "x"}, {}) is None
+        assert early.stand_in_for({}, {variable: "x"}) is None
+
+
+def test_the_random_trace_id_flag_is_read_as_the_api_has_it() -> None:
+    from opentelemetry.trace import TraceFlags
+
+    from acp_otel._proxy import early
+
+    assert early.random_flag() == int(getattr(TraceFlags, "RANDOM_TRACE_ID", 0))
+
+
+def test_request_durations_follow_the_engine_clock() -> None:
+    """The replay's clock: a request's duration is measured between the times the engine is given."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.trace import NoOpTracer
+
+    from acp_otel import _metrics
+    from acp_otel._engine import Engine
+    from acp_otel._proxy.tracing import Direction, MessageTracer
+    from acp_otel._settings import load_settings
+
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader], shutdown_on_exit=False)
+    engine = Engine(NoOpTracer(), load_settings({}, {}), _metrics.make_instruments(provider, "0"))
+    message_tracer = MessageTracer(engine)
+    engine.use_clock(lambda: 100.0)
+    message_tracer.on_line(Direction.EDITOR_TO_AGENT, _initialize_line(None))
+    engine.use_clock(lambda: 100.25)
+    message_tracer.on_line(Direction.AGENT_TO_EDITOR, b'{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":1}}')
+    engine.use_clock(None)
+    data = reader.get_metrics_data()
+    assert data is not None
+    (duration,) = [
+        point
+        for rm in data.resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+        if m.name == "acp.client.operation.duration"
+        for point in m.data.data_points
+    ]
+    assert duration.count == 1 and duration.sum == pytest.approx(0.25)
     provider.shutdown()

@@ -20,7 +20,6 @@ the engine and for :meth:`DeferredTracer.attach`).
 from __future__ import annotations
 
 import logging
-import os
 import random
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -31,47 +30,26 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, TraceFlags, TraceState
 from opentelemetry.trace.status import Status, StatusCode
 
+from .early import sampler_decision
+
 _log = logging.getLogger("acp_otel")
 
 # The W3C level-2 "random trace id" flag: APIs that know it come with SDKs that set it (see _flags).
 _RANDOM_FLAG = int(getattr(TraceFlags, "RANDOM_TRACE_ID", 0))
-_TRACE_ID_LIMIT = (1 << 64) - 1
 
 # A sampling decision from a parent span context (None: a root) and the trace id.
 Decide = Callable[[SpanContext | None, int], bool]
 
 
-def _ratio(environ: Mapping[str, str]) -> float:
-    # As the SDK reads OTEL_TRACES_SAMPLER_ARG: a float in [0, 1], else 1.0.
-    try:
-        rate = float(environ.get("OTEL_TRACES_SAMPLER_ARG", ""))
-    except ValueError:
-        return 1.0
-    return rate if 0.0 <= rate <= 1.0 else 1.0
-
-
 def early_sampler(environ: Mapping[str, str] | None = None) -> Decide | None:
-    """The decision of the SDK's sampler for ``OTEL_TRACES_SAMPLER``, or ``None`` for a sampler this module
-    does not reproduce (an unknown name or a plug-in: spans then wait for the SDK)."""
-    environ = os.environ if environ is None else environ
-    name = environ.get("OTEL_TRACES_SAMPLER", "parentbased_always_on").lower()
-    parent_based = name.startswith("parentbased_")
-    root_name = name[len("parentbased_") :] if parent_based else name
-    root: Callable[[int], bool]
-    if root_name == "always_on":
-        root = lambda _trace_id: True  # noqa: E731
-    elif root_name == "always_off":
-        root = lambda _trace_id: False  # noqa: E731
-    elif root_name == "traceidratio":
-        bound = round(_ratio(environ) * (_TRACE_ID_LIMIT + 1))
-        root = lambda trace_id: trace_id & _TRACE_ID_LIMIT < bound  # noqa: E731
-    else:
+    """The decision of the SDK's sampler for ``OTEL_TRACES_SAMPLER`` (:func:`.early.sampler_decision`), or
+    ``None`` for a sampler that is not reproduced (an unknown name or a plug-in: spans then wait for the SDK)."""
+    decision = sampler_decision(environ)
+    if decision is None:
         return None
 
     def decide(parent: SpanContext | None, trace_id: int) -> bool:
-        if parent_based and parent is not None:
-            return bool(parent.trace_flags.sampled)  # ParentBased's defaults: follow the parent, remote or local
-        return root(trace_id)
+        return decision(bool(parent.trace_flags.sampled) if parent is not None else None, trace_id)
 
     return decide
 
@@ -103,6 +81,7 @@ class DeferredSpan(trace.Span):
         links: Sequence[Link] | None,
         start_time: int,
         span_context: SpanContext,
+        clock: Callable[[], int] = time.time_ns,
     ) -> None:
         self.name = name
         self.parent = context
@@ -113,6 +92,7 @@ class DeferredSpan(trace.Span):
         self._context = span_context
         self._ops: list[tuple[str, tuple[Any, ...]]] = []
         self._ended = False
+        self._clock = clock  # the time of what is done to the span (its tracer's, see DeferredTracer.clock)
         self.real: trace.Span | None = None
 
     def get_span_context(self) -> SpanContext:
@@ -136,7 +116,7 @@ class DeferredSpan(trace.Span):
         self._do("set_attribute", key, value)
 
     def add_event(self, name: str, attributes: Any = None, timestamp: int | None = None) -> None:
-        self._do("add_event", name, attributes, timestamp if timestamp is not None else time.time_ns())
+        self._do("add_event", name, attributes, timestamp if timestamp is not None else self._clock())
 
     def add_link(self, context: SpanContext, attributes: Any = None) -> None:
         self._do("add_link", context, attributes)
@@ -150,12 +130,12 @@ class DeferredSpan(trace.Span):
     def record_exception(
         self, exception: BaseException, attributes: Any = None, timestamp: int | None = None, escaped: bool = False
     ) -> None:
-        self._do("record_exception", exception, attributes, timestamp or time.time_ns(), escaped)
+        self._do("record_exception", exception, attributes, timestamp or self._clock(), escaped)
 
     def end(self, end_time: int | None = None) -> None:
         if self.real is None:
             self._ended = True
-        self._do("end", end_time if end_time is not None else time.time_ns())
+        self._do("end", end_time if end_time is not None else self._clock())
 
     def attach(self, real: trace.Span) -> None:
         """Replay what was done to this span on ``real`` (the SDK's span with the same context), then delegate."""
@@ -179,6 +159,18 @@ class DeferredTracer(trace.Tracer):
         self._real: trace.Tracer | None = None
         self._early: list[DeferredSpan] = []
         self._detached = False
+        self._forced: tuple[int, int] | None = None
+        # The time of what is done to early spans; the proxy sets it while it traces lines relayed before the
+        # engine existed (acp_otel._proxy.early) at the times they were relayed.
+        self.clock: Callable[[], int] = time.time_ns
+
+    def _now(self) -> int:
+        return self.clock()  # read when called: the clock the tracer has then
+
+    def force_ids(self, trace_id: int, span_id: int) -> None:
+        """The next span takes these ids (the trace id only when it is a root): those an early line was
+        forwarded with (:mod:`.early`)."""
+        self._forced = (trace_id, span_id)
 
     def start_span(
         self,
@@ -198,16 +190,18 @@ class DeferredTracer(trace.Tracer):
             )
         if self._detached:  # the SDK could not be set up: nothing is recorded
             return trace.INVALID_SPAN
+        forced, self._forced = self._forced, None
         parent: SpanContext | None = trace.get_current_span(context).get_span_context()
         if parent is None or not parent.is_valid:
             parent = None
-        trace_id = parent.trace_id if parent is not None else _random_id(128)
+        trace_id = parent.trace_id if parent is not None else forced[0] if forced else _random_id(128)
         sampled = self._decide(parent, trace_id)
         state = parent.trace_state if parent is not None else TraceState()
-        span_context = SpanContext(trace_id, _random_id(64), False, _flags(sampled, parent), state)
+        span_id = forced[1] if forced else _random_id(64)
+        span_context = SpanContext(trace_id, span_id, False, _flags(sampled, parent), state)
         if not sampled:
             return NonRecordingSpan(span_context)
-        span = DeferredSpan(name, context, kind, attributes, links, start_time or time.time_ns(), span_context)
+        span = DeferredSpan(name, context, kind, attributes, links, start_time or self.clock(), span_context, self._now)
         self._early.append(span)
         if len(self._early) == self._many and self._on_many is not None:
             self._on_many()

@@ -1,15 +1,20 @@
-"""Command-line options of ``acp-otel proxy`` (argparse only: imported on every start, before the agent is started)."""
+"""Command-line options of ``acp-otel proxy`` (imported on every start, before the agent is started).
+
+``acp-otel proxy -- CMD [ARGS...]``, the editor's usual command line, has no option to parse: :func:`plain_command`
+reads it without argparse (building the parser takes a few milliseconds of CPU before the agent can start);
+anything else is parsed by the parser :func:`add_arguments` fills.
+"""
 
 from __future__ import annotations
 
-import argparse
 import os
 
 from .._setting_values import NOTIFICATION_SPAN_MODES, TOOL_SPAN_MODES
 
 TYPE_CHECKING = False  # not typing's: this module is imported before the agent starts (type checkers see True)
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    import argparse
+    from collections.abc import Mapping, Sequence
     from typing import Any
 
 ENV_DEBUG = "OTEL_PYTHON_ACP_PROXY_DEBUG"
@@ -64,6 +69,8 @@ class ProxyOptions:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the proxy's options and the agent command to ``parser``."""
+    import argparse
+
     parser.add_argument(
         "--service-name",
         metavar="NAME",
@@ -160,16 +167,34 @@ def options_from_args(args: argparse.Namespace, environ: Mapping[str, str] | Non
         value = getattr(args, name)
         if value is not None:
             settings[name] = value
-    verbose = bool(args.verbose) or environ.get(ENV_DEBUG, "").strip().lower() in ("1", "true", "yes", "on")
     agent_telemetry = args.agent_telemetry
     if agent_telemetry is None:
-        agent_telemetry = environ.get(ENV_AGENT_TELEMETRY, "").strip().lower() in ("1", "true", "yes", "on")
+        agent_telemetry = _agent_telemetry_from(environ)
     return ProxyOptions(
         command=tuple(command),
         service_name=args.service_name,
         settings_options=settings,
         max_line_bytes=max(1, args.max_line_bytes),
         flush_timeout_s=max(0.0, args.flush_timeout),
-        verbose=verbose,
+        verbose=_verbose(bool(args.verbose), environ),
         agent_telemetry=agent_telemetry,
     )
+
+
+def plain_command(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> ProxyOptions | None:
+    """The options of ``-- CMD [ARGS...]`` (the proxy's arguments with no option before ``--``): those the parser
+    gives for it; ``None`` for any other arguments (the parser's to read)."""
+    if len(argv) < 2 or argv[0] != "--":
+        return None
+    env = os.environ if environ is None else environ
+    return ProxyOptions(
+        command=tuple(argv[1:]), verbose=_verbose(False, env), agent_telemetry=_agent_telemetry_from(env)
+    )
+
+
+def _verbose(flag: bool, environ: Mapping[str, str]) -> bool:
+    return flag or environ.get(ENV_DEBUG, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _agent_telemetry_from(environ: Mapping[str, str]) -> bool:
+    return environ.get(ENV_AGENT_TELEMETRY, "").strip().lower() in ("1", "true", "yes", "on")

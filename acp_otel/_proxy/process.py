@@ -7,8 +7,9 @@ Lifecycle (docs/proxy-lifecycle.md has the whole story):
   reaches all of it, as a terminal's Ctrl-C would) and, on Linux, set to be killed if the proxy dies
   (``PR_SET_PDEATHSIG``), so that it never outlives a SIGKILLed proxy. The signal handlers are installed
   before it is spawned;
-* telemetry is set up in a thread beside the relay (:class:`_Tracing`): lines wait for the engine only; spans
-  made before the SDK is ready are recorded once it is (:mod:`.deferred`);
+* until the agent's first output, lines are relayed with the standard library (:mod:`.early`); then telemetry
+  is set up in a thread beside the relay (:class:`_Tracing`): the engine, which traces the lines relayed before
+  it, then the SDK; no line waits for the SDK (:mod:`.deferred`);
 * end of the editor's input closes the agent's stdin; the agent's exit ends the proxy: what the agent
   wrote is relayed, without waiting for end of file (a child of the agent may hold its stdout for
   ever), pending spans end with an error, spans are flushed (bounded), and the proxy exits with the
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     import logging
     from typing import Any
 
+    from .early import EarlyLines
     from .options import ProxyOptions
 
 
@@ -158,12 +160,14 @@ def _exporter_names(variable: str) -> list[str]:
 class _Tracing:
     """The engine and the telemetry, set up in a thread beside the relay (see docs/proxy-lifecycle.md).
 
-    Lines wait only for the engine (the OpenTelemetry API and acp-otel's own modules), never for the SDK
-    and the exporters: until those are ready, spans and metric records are made by :mod:`.deferred` and
-    recorded once they are. The SDK is set up once the agent has started (its first line of output), so that
-    its imports do not take the CPU from the agent's start; or when :data:`EARLY_SPANS` spans wait, or when
-    the agent exits. A sampler or a traces exporter :mod:`.deferred` cannot stand in for (a plug-in) makes
-    lines wait for the whole set-up instead, which then starts at once.
+    Until the agent has written its first line, the engine is not even imported (its import would take CPU
+    from the agent's start): :mod:`.early` relays the lines it can decide with the standard library and keeps
+    them; the engine, once imported, traces them with the ids and times they were relayed with (:meth:`_replay`).
+    A line :mod:`.early` cannot decide starts the engine's import at once and waits for it, as does every line
+    after it. The SDK and the exporters come after the engine, and no line waits for them: spans and metric
+    records are made by :mod:`.deferred` until they are ready. Without :mod:`.early` (a configuration it
+    cannot stand in for) lines wait for the engine, imported at once; a sampler or a traces exporter
+    :mod:`.deferred` cannot stand in for (a plug-in) makes lines wait for the whole set-up.
     """
 
     def __init__(self, options: ProxyOptions, traces: bool, metrics: bool, agent: Any = None) -> None:
@@ -175,18 +179,39 @@ class _Tracing:
         self.done = threading.Event()  # the set-up is over, successful or not
         self.released = threading.Event()  # set with ready, or when the agent's exit leaves no time to wait
         self.go = threading.Event()  # the SDK may be set up: the agent has started (or exited)
+        self.start = threading.Event()  # the engine may be imported (set at once without self.early)
+        self.lock = threading.Lock()  # held while self.early relays a line, and while the engine takes over
+        self.early: EarlyLines | None = None
+        self.must_wait = False  # a line is waiting for the engine: every later line waits too
         self.tracer: Any = None
         self.tel: Any = None
         self.collector: Any = None
+        if traces and set(_exporter_names("OTEL_TRACES_EXPORTER")) <= {"otlp", "console"}:
+            from .early import stand_in_for
+
+            self.early = stand_in_for(options.settings_options, extra_keys=_agent_parent_keys(options, agent))
+        if self.early is None:
+            self.start.set()
         threading.Thread(target=self._setup, name="acp-otel-setup", daemon=True).start()
 
     def handler(self, to_agent: bool) -> Any:
-        """The line handler of one direction; its first line waits for :attr:`ready`."""
+        """The line handler of one direction; lines :mod:`.early` does not relay wait for :attr:`ready`."""
         handle: Any = None
 
         def on_line(line: bytes) -> Any:
             nonlocal handle
             if handle is None:
+                early = self.early
+                if early is not None:
+                    with self.lock:
+                        # Past EARLY_SPANS kept lines, the engine is imported and the lines wait for it.
+                        if self.early is not None and not self.must_wait and len(early.kept) < EARLY_SPANS:
+                            forward = early.relay(to_agent, line)
+                            if forward is not None:
+                                # The agent's first output: it has started; the engine's turn, once this line is out.
+                                return forward, (None if to_agent else self._agent_started)
+                            self.must_wait = True
+                            self.start.set()
                 self.released.wait()
                 tracer = self.tracer if self.ready.is_set() else None
                 if tracer is None:
@@ -202,6 +227,10 @@ class _Tracing:
 
         return on_line
 
+    def _agent_started(self) -> None:
+        self.start.set()
+        self.go.set()
+
     def _go_after(self, done: Any) -> Any:
         def run() -> None:
             try:
@@ -214,6 +243,7 @@ class _Tracing:
 
     def _setup(self) -> None:
         try:
+            self.start.wait()
             if not self.options.verbose:
                 from .diagnostics import configure_logging
 
@@ -239,6 +269,7 @@ class _Tracing:
                     else None
                 )
                 self.tracer = self._engine(early_tracer, settings, instruments)
+                self._replay(early_tracer)
                 self._ready()  # from here on lines are traced; the SDK comes next
                 self.go.wait()
             try:
@@ -273,8 +304,41 @@ class _Tracing:
         except Exception:
             _logger().debug("acp_otel proxy: tracing disabled, setup failed", exc_info=True)
         finally:
+            with self.lock:  # what was relayed before is not traced now; later lines go past self.early
+                self.early = None
             self._ready()
             self.done.set()
+
+    def _replay(self, early_tracer: Any) -> None:
+        """Trace the lines :mod:`.early` relayed, with the ids and times they were relayed with; then the
+        engine takes every line (:attr:`early` is ``None`` from here on)."""
+        with self.lock:
+            early, self.early = self.early, None
+            if early is None:
+                return
+            from .tracing import Direction
+
+            engine = self.tracer.engine
+            seen: list[float] = [0.0]
+            engine.use_clock(lambda: seen[0])
+            try:
+                for line in early.kept:
+                    seen[0] = line.monotonic
+                    if early_tracer is not None:
+                        early_tracer.clock = lambda at=line.time_ns: at
+                        if line.ids is not None:
+                            early_tracer.force_ids(*line.ids)
+                    direction = Direction.EDITOR_TO_AGENT if line.to_agent else Direction.AGENT_TO_EDITOR
+                    forward, done = self.tracer.on_line(direction, line.line)
+                    if done is not None:
+                        done()
+                    if forward != line.forwarded:  # the ids would not match the span's: said, for the tests
+                        _logger().debug("acp_otel proxy: an early line was traced as %r, relayed as %r", forward, line)
+            finally:
+                engine.use_clock(None)
+                if early_tracer is not None:
+                    early_tracer.clock = time.time_ns
+            _logger().debug("acp_otel proxy: %d line(s) relayed before the engine existed, traced now", len(early.kept))
 
     def _ready(self) -> None:
         self.ready.set()
@@ -283,6 +347,7 @@ class _Tracing:
     def settle(self, deadline: float) -> None:
         """The agent has exited: give the set-up until ``deadline`` to take the lines still waiting for it,
         then let them through untraced, so that the agent's last output is relayed in time."""
+        self.start.set()
         self.go.set()
         self.ready.wait(max(0.0, deadline - time.monotonic()))
         self.released.set()
@@ -351,6 +416,17 @@ def _observe(agent: Any, engine: Any, message_tracer: Any) -> None:
 
     engine.observe_turns(agent)
     agent.attach(on_facts, profile)
+
+
+def _agent_parent_keys(options: ProxyOptions, agent: Any) -> tuple[str, ...]:
+    """The ``_meta`` keys the engine will write for the agent's own telemetry (see :meth:`_Tracing._engine`),
+    from the light data module: the profiles are not imported before the agent has answered."""
+    if agent is None or options.settings_options.get("extra_trace_keys"):
+        return ()
+    from .._agent_switches import PARENT_META_KEYS, key_of
+    from .._child_env import command_name
+
+    return PARENT_META_KEYS.get(key_of(command_name(options.command)) or "", ())
 
 
 def _no_ids(_trace_id: int | None, _span_id: int | None) -> None:

@@ -16,19 +16,27 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
-from typing import Any, NamedTuple
+
+TYPE_CHECKING = False  # not typing's: the proxy relays its first lines with this module before anything heavy
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
 
 _DECODER = json.JSONDecoder()
 _WHITESPACE = " \t\n\r"
 _WHITESPACE_RUN = re.compile(r"[ \t\n\r]*")
 
 
-class _Member(NamedTuple):
-    key: str
-    value_start: int
-    value_end: int
-    value: Any
+class _Member:
+    """One member of a JSON object: its key, where its value starts and ends in the text, and the value."""
+
+    __slots__ = ("key", "value", "value_end", "value_start")
+
+    def __init__(self, key: str, value_start: int, value_end: int, value: Any) -> None:
+        self.key = key
+        self.value_start = value_start
+        self.value_end = value_end
+        self.value = value
 
 
 class SpliceError(ValueError):

@@ -75,6 +75,11 @@ class MessageTracer:
         self._pending: dict[Direction, dict[str, Call]] = {d: {} for d in Direction}
 
     @property
+    def engine(self) -> Engine:
+        """The engine the lines are traced with."""
+        return self._engine
+
+    @property
     def lock(self) -> threading.Lock:
         """Held while a line is traced: whoever holds it has the engine to itself."""
         return self._lock

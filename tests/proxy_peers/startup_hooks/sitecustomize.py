@@ -6,6 +6,9 @@
   loader blocks, not the finder: other imports go on).
 * ``ACP_OTEL_TEST_SPAWN_MODULES=PATH``: when the process starts its first child (the ``subprocess.Popen``
   audit event), the names of the modules imported so far are written to PATH, one a line.
+* ``ACP_OTEL_TEST_ENGINE_GATE=PATH``: the same gate as ``ACP_OTEL_TEST_SDK_GATE``, on ``acp_otel._engine``.
+* ``ACP_OTEL_TEST_MODULES_ON=PATH``: once ``PATH.dump`` exists, the names of the modules imported by then are
+  written to PATH, one a line (a thread looks for the file every 10 ms).
 
 Each variable is removed from the environment once read, so that the agent the proxy starts is untouched.
 """
@@ -48,6 +51,19 @@ def _gate(path: str, gated: str) -> None:
     sys.meta_path.insert(0, GateFinder())
 
 
+def _modules_on(path: str) -> None:
+    import threading
+
+    def watch() -> None:
+        while not os.path.exists(path + ".dump"):
+            time.sleep(0.01)
+        with open(path + ".tmp", "w") as f:
+            f.write("\n".join(sorted(sys.modules)) + "\n")
+        os.rename(path + ".tmp", path)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
 def _spawn_modules(path: str) -> None:
     done = []
 
@@ -63,6 +79,12 @@ def _spawn_modules(path: str) -> None:
 _gate_path = os.environ.pop("ACP_OTEL_TEST_SDK_GATE", None)
 if _gate_path:
     _gate(_gate_path, os.environ.pop("ACP_OTEL_TEST_GATED_MODULE", "opentelemetry.sdk.trace"))
+_engine_gate_path = os.environ.pop("ACP_OTEL_TEST_ENGINE_GATE", None)
+if _engine_gate_path:
+    _gate(_engine_gate_path, "acp_otel._engine")
 _modules_path = os.environ.pop("ACP_OTEL_TEST_SPAWN_MODULES", None)
 if _modules_path:
     _spawn_modules(_modules_path)
+_modules_on_path = os.environ.pop("ACP_OTEL_TEST_MODULES_ON", None)
+if _modules_on_path:
+    _modules_on(_modules_on_path)
