@@ -28,8 +28,8 @@ from ._content import truncate
 from ._methods import MethodInfo
 from ._metrics import Instruments
 from ._settings import Settings
-from ._turn_state import Turn
-from ._turns import TurnLayer, update_attributes
+from ._turn_state import UNSPANNED_TOOL_KEY, Turn
+from ._turns import ROLE_PERMISSION, TurnLayer, update_attributes
 
 _log = logging.getLogger("acp_otel")
 
@@ -186,6 +186,10 @@ class MessageSpans:
             update = params.get("update") if type(params) is dict else None
             if type(update) is dict:
                 update_attributes(attributes, update)
+        elif info.turn_role >= ROLE_PERMISSION:  # serving a tool call this side has no span for: the call's id
+            tool_call_id = otel_context.get_value(UNSPANNED_TOOL_KEY, parent)
+            if tool_call_id is not None:
+                attributes[sc.ACP_TOOL_CALL_ID] = tool_call_id
         turn = None
         turn_peer = peer if method == sc.SESSION_PROMPT else None  # a session/prompt starts a turn
         if turn_peer is not None and session_id is not None and (turn_peer.protocol_version or 0) >= 2:

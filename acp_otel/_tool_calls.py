@@ -149,6 +149,33 @@ class ToolCalls:
             self._note_terminals(turn, tool_call_id, tool_call)
         return tool.context
 
+    def follow(self, turn: Turn, update: Any) -> str | None:
+        """A tool call update (or a permission's ``toolCall``) of a tool call this side makes no span for, as the
+        agent's own telemetry reports it: its id is kept among the turn's open ones (with the terminals its
+        content embeds) until its final status, for the requests that serve it. Returns its id."""
+        if type(update) is not dict:
+            return None
+        tool_call_id = update.get("toolCallId")
+        if type(tool_call_id) is not str:
+            return None
+        unspanned = turn.unspanned
+        if unspanned is None:
+            unspanned = turn.unspanned = {}
+        status = update.get("status")
+        closed = turn.closed_tools
+        if type(status) is str and status in _FINAL_STATUSES:
+            unspanned.pop(tool_call_id, None)
+            if closed is None:
+                turn.closed_tools = {tool_call_id}
+            elif len(closed) < MAX_CLOSED_TOOLS:
+                closed.add(tool_call_id)
+            return tool_call_id
+        if (closed is None or tool_call_id not in closed) and len(unspanned) < MAX_OPEN_TOOLS:
+            unspanned[tool_call_id] = None
+        if "content" in update:
+            self._note_terminals(turn, tool_call_id, update)
+        return tool_call_id
+
     def _status(self, tool: ToolCall, status: str) -> None:
         tool.status = status
         span = tool.span

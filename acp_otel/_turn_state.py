@@ -10,10 +10,14 @@ import time
 from typing import Any
 
 from opentelemetry import trace
-from opentelemetry.context import Context
+from opentelemetry.context import Context, create_key
 from opentelemetry.trace import Span
 
 from ._agent_profiles import UNKNOWN, AgentProfile
+
+# In the context a request serving a tool call hangs from when this side has no span for that tool call (the
+# agent's own telemetry reports it): the tool call's id, which its span then carries (``acp.tool_call.id``).
+UNSPANNED_TOOL_KEY = create_key("acp_otel.unspanned_tool_call_id")
 
 # Where a tool call's name came from, best first (a better source found later renames the span).
 NAME_ACP, NAME_META, NAME_TITLE, NAME_KIND, NAME_NONE = range(5)
@@ -82,6 +86,7 @@ class Turn:
         "stop_reason",
         "terminals",
         "tools",
+        "unspanned",
         "updates",
         "usage",
         "usage_source",
@@ -105,6 +110,9 @@ class Turn:
         self.events = 0
         self.dropped = 0
         self.tools: dict[str, ToolCall] = {}
+        # The open tool calls this side made no span for because the agent's own telemetry reports them (ids, in
+        # order; built on first use): the requests serving them are marked with their id (see ``unspanned_id``).
+        self.unspanned: dict[str, None] | None = None
         # Both built on first use: most turns finish no tool call and report no usage.
         self.closed_tools: set[str] | None = None
         self.terminals: dict[str, str] | None = None  # terminal id -> the tool call whose content embedded it
@@ -156,4 +164,21 @@ class Turn:
         if len(self.tools) == 1:
             for tool in self.tools.values():
                 return tool.context
+        return None
+
+    def served_unspanned_id(self, params: Any) -> str | None:
+        """:meth:`served_tool_context`'s rule over the open tool calls this side made no span for: the id of the
+        tool call a request serves, if known."""
+        unspanned = self.unspanned
+        if not unspanned:
+            return None
+        terminals = self.terminals
+        if terminals is not None and type(params) is dict:
+            terminal_id = params.get("terminalId")
+            if type(terminal_id) is str:
+                tool_call_id = terminals.get(terminal_id)
+                if tool_call_id is not None:
+                    return tool_call_id if tool_call_id in unspanned else None
+        if len(unspanned) == 1:
+            return next(iter(unspanned))
         return None

@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from opentelemetry import trace
-from opentelemetry.context import Context
+from opentelemetry.context import Context, set_value
 from opentelemetry.trace import Span, SpanKind
 
 from . import _content as content
@@ -25,7 +25,7 @@ from ._content import truncate
 from ._metrics import Instruments
 from ._settings import Settings
 from ._tool_calls import ToolCalls, permission_tool_call
-from ._turn_state import Turn
+from ._turn_state import UNSPANNED_TOOL_KEY, Turn
 from ._usage import note_usage_update, record_usage, take_usage, usage_attributes
 
 _log = logging.getLogger("acp_otel")
@@ -37,7 +37,7 @@ _USAGE_UPDATE = sc.USAGE_UPDATE
 # What a message is to the turn of its session (the engine works it out once per method name): a session/update;
 # a permission request (under the tool call it names); an fs/* or terminal/* request (under the tool call it
 # serves); anything else.
-ROLE_OTHER, ROLE_UPDATE, ROLE_PERMISSION, ROLE_SERVING = range(4)
+ROLE_OTHER, ROLE_UPDATE, ROLE_PERMISSION, ROLE_SERVING = range(4)  # the last two serve tool calls (>= compares)
 
 
 class TurnLayer:
@@ -251,6 +251,8 @@ class TurnLayer:
                 if kind in _TOOL_UPDATES:
                     make_tools = self._tools_always or (self._tools_auto and not origin_traced and not turn.agent_tools)
                     context = self._tools.update(turn, update, make_tools)
+                    if context is None and not make_tools and turn.agent_tools:
+                        self._tools.follow(turn, update)  # the agent's own span reports it: its id is kept
                     if self._all_events or (self._turn_events and context is None and not make_tools):
                         self._turn_event(turn, update, params)  # no tool span on this side: keep the fact on the turn
                 elif self._all_events or self._turn_events:
@@ -268,9 +270,14 @@ class TurnLayer:
         if role == ROLE_PERMISSION:
             if sent or not has_span:
                 make_tools = self._tools_always or (self._tools_auto and not origin_traced and not turn.agent_tools)
-                context = self._tools.sight(turn, permission_tool_call(params), make_tools)
+                tool_call = permission_tool_call(params)
+                context = self._tools.sight(turn, tool_call, make_tools)
                 if context is not None:
                     return context
+                if not has_span and not make_tools and turn.agent_tools:  # the agent's own span reports it
+                    tool_call_id = self._tools.follow(turn, tool_call)
+                    if tool_call_id is not None:
+                        return set_value(UNSPANNED_TOOL_KEY, tool_call_id, turn.context)
             elif self._tools_always:
                 # Tool spans on both sides: first sighting here too; the traced sender's span stays the parent.
                 self._tools.sight(turn, permission_tool_call(params), True)
@@ -279,6 +286,10 @@ class TurnLayer:
             context = turn.served_tool_context(params)
             if context is not None:
                 return context
+            if turn.agent_tools:  # served a tool call the agent's own span reports
+                tool_call_id = turn.served_unspanned_id(params)
+                if tool_call_id is not None:
+                    return set_value(UNSPANNED_TOOL_KEY, tool_call_id, parent if has_span else turn.context)
         return parent if has_span else turn.context
 
     def _keep_text(self, turn: Turn, update: dict[str, Any]) -> None:

@@ -236,3 +236,52 @@ def test_each_kind_of_prompt_part_in_the_input_messages(spans: Any) -> None:
         {"type": "blob", "modality": "document", "content": "cGRm", "mime_type": "application/pdf"},
     ]
     assert turn.attributes[sc.INPUT_VALUE] == "look\nnotes"
+
+
+@pytest.mark.parametrize("reported", [True, False])
+def test_requests_serving_a_tool_call_the_agent_reports_itself_carry_its_id(spans: Any, reported: bool) -> None:
+    """The agent's own telemetry reports its tool calls (the proxy's --agent-telemetry): no tool spans here, and the
+    permission, fs/* and terminal/* spans name the tool call they serve (the proxy moves them under the agent's
+    span of it); the same rule as with tool spans. Not reported: tool spans, and no such mark."""
+    exporter, _, provider = spans
+    engine = _engine(provider)
+    peer = Peer()
+    engine.peer_state(peer)
+    if reported:
+        engine.note_agent_reports(peer, tools=True)
+
+    def relay(method: str, params: dict[str, Any], request_id: Any = None) -> None:
+        call, _ = engine.begin_outgoing(
+            peer, method, {"sessionId": "s", **params}, request_id, request_id is not None, parent=Context()
+        )
+        if call is not None:
+            engine.end_result(call, {})
+
+    prompt, _ = engine.begin_outgoing(peer, "session/prompt", {"sessionId": "s", "prompt": []}, 1, parent=Context())
+    terminal = {"type": "terminal", "terminalId": "term-1"}
+    relay("session/update", {"update": {**TOOL, "toolCallId": "t1", "content": [terminal]}})
+    relay("session/update", {"update": {**TOOL, "toolCallId": "t2"}})
+    relay("terminal/output", {"terminalId": "term-1"}, "a")  # its terminal's tool call
+    relay("fs/read_text_file", {"path": "/x"}, "b")  # two open: none
+    relay("session/request_permission", {"toolCall": {"toolCallId": "t3"}, "options": []}, "c")  # the one it names
+    relay("session/update", {"update": {**DONE, "toolCallId": "t1"}})
+    relay("session/update", {"update": {**DONE, "toolCallId": "t3"}})
+    relay("fs/write_text_file", {"path": "/x", "content": ""}, "d")  # one open: that one
+    relay("terminal/output", {"terminalId": "term-1"}, "e")  # its tool call has ended: none
+    engine.end_result(prompt, {"stopReason": "end_turn"})
+    finished = exporter.get_finished_spans()
+    (turn,) = [s for s in finished if s.name.startswith("session/prompt")]
+    marks = {
+        s.attributes[sc.JSONRPC_REQUEST_ID]: s.attributes.get(sc.ACP_TOOL_CALL_ID)
+        for s in finished
+        if sc.JSONRPC_REQUEST_ID in s.attributes and s is not turn
+    }
+    tools = [s for s in finished if s.attributes.get(sc.GEN_AI_OPERATION_NAME) == sc.EXECUTE_TOOL]
+    if reported:
+        assert marks == {"a": "t1", "b": None, "c": "t3", "d": "t2", "e": None}
+        assert tools == []
+        requests = [s for s in finished if sc.JSONRPC_REQUEST_ID in s.attributes and s is not turn]
+        assert all(parent_of(s) == span_id(turn) for s in requests)  # under the turn here: the proxy moves them
+    else:
+        assert set(marks.values()) == {None}
+        assert len(tools) == 3

@@ -98,6 +98,49 @@ async def test_agent_spans_join_the_turn_each_fact_once_and_reach_the_backend_wi
     assert forwarded and all(h.get(HEADER[0]) == HEADER[1] for h in forwarded)
 
 
+def _proxy(spans: list[dict[str, Any]], name: str, trace_id: str) -> list[dict[str, Any]]:
+    return [s for s in spans if s["service"] == "proxy" and s["name"] == name and s["trace_id"] == trace_id]
+
+
+async def test_the_proxys_permission_and_fs_spans_go_under_the_agents_tool_span_once_it_reports_it() -> None:
+    with Backend() as backend:
+        run = await _run(backend, ["--ask"], turns=2)
+        assert run.returncode == 0, run.stderr
+        assert backend.wait_for(lambda b: len(_agent(b.spans(), "shutdown")) == 1)
+        spans = backend.spans()
+    turns = sorted(_turns(spans), key=lambda s: s["attributes"].get("gen_ai.usage.input_tokens") is None)
+    assert len(turns) == 2
+    # The first turn: the proxy's own tool span (the agent's report is not known yet) holds them, as before.
+    first = turns[0]["trace_id"]
+    (proxy_tool,) = [s for s in spans if s["service"] == "proxy" and s["name"].startswith("execute_tool")]
+    assert proxy_tool["trace_id"] == first
+    for name in ("session/request_permission", "fs/read_text_file"):
+        (span,) = _proxy(spans, name, first)
+        assert span["parent"] == proxy_tool["span_id"]
+    # The second: no tool span of the proxy; they hang under the agent's execute_tool span of that tool call.
+    second = turns[1]["trace_id"]
+    (agent_tool,) = [s for s in _agent(spans, "execute_tool read") if s["trace_id"] == second]
+    for name in ("session/request_permission", "fs/read_text_file"):
+        (span,) = _proxy(spans, name, second)
+        assert span["parent"] == agent_tool["span_id"]
+        assert span["attributes"]["acp.tool_call.id"] == agent_tool["attributes"]["gen_ai.tool.call.id"]
+
+
+async def test_the_proxys_spans_stay_under_the_turn_when_the_agent_never_reports_their_tool_call() -> None:
+    with Backend() as backend:
+        run = await _run(backend, ["--ask", "--other-tool-id"], turns=2)
+        assert run.returncode == 0, run.stderr
+        assert backend.wait_for(lambda b: len(_agent(b.spans(), "shutdown")) == 1)
+        spans = backend.spans()
+    turns = sorted(_turns(spans), key=lambda s: s["attributes"].get("gen_ai.usage.input_tokens") is None)
+    second = turns[1]
+    # Held for the agent's tool span, which never came: released at exit as they were (under the turn).
+    for name in ("session/request_permission", "fs/read_text_file"):
+        (span,) = _proxy(spans, name, second["trace_id"])
+        assert span["parent"] == second["span_id"]
+        assert span["attributes"]["acp.tool_call.id"].startswith("call-")
+
+
 async def test_agent_logs_follow_their_span_and_metrics_are_forwarded() -> None:
     with Backend() as backend:
         run = await _run(backend, [])
@@ -395,3 +438,59 @@ def test_joiner_holds_at_most_max_held_spans_releasing_the_oldest_subtrees() -> 
     request = _request((agent_trace, third, b"\x09" * 8, 1500))
     joiner.join_spans(request)  # one too many: the oldest goes, as if its parent did not exist (under the turn)
     assert _ids(request) == [(turn_trace, first, turn_span)] and joiner.held() == 2
+
+
+# ------------------------------------------------------------ the proxy's own spans held for the agent's tool spans
+
+
+def test_tool_parents_holds_marked_spans_until_the_tool_span_the_bound_or_the_release() -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.trace import set_span_in_context
+
+    from acp_otel._proxy.tool_parents import ToolParents
+
+    clock = _Clock()
+    tools: dict[tuple[int, str], int] = {}
+    inner = InMemorySpanExporter()
+    held = ToolParents(inner, lambda trace_id, call: tools.get((trace_id, call)), hold_s=10, max_held=2, clock=clock)
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(held))
+    tracer = provider.get_tracer("t")
+    turn = tracer.start_span("turn")
+    under_turn = set_span_in_context(turn)
+
+    def request(call: str, method: str = "fs/read_text_file") -> Any:
+        span = tracer.start_span(method, under_turn, attributes={"acp.method.name": method, "acp.tool_call.id": call})
+        span.end()
+        return span
+
+    def parents() -> dict[str, int | None]:
+        out = {}
+        for s in inner.get_finished_spans():
+            out[str(s.attributes.get("acp.tool_call.id"))] = s.parent.span_id if s.parent is not None else None
+        return out
+
+    trace_id, turn_id = turn.get_span_context().trace_id, turn.get_span_context().span_id
+    request("a")
+    request("u", "session/update")  # an update's own tool call id: never held
+    assert parents() == {"u": turn_id}
+    tools[(trace_id, "a")] = 0xA
+    request("b")  # any export looks at the held ones again: "a"'s tool span has come
+    assert parents() == {"u": turn_id, "a": 0xA}
+    clock.now = 11.0  # past the hold bound: "b" goes as it was
+    request("c")
+    assert parents() == {"u": turn_id, "a": 0xA, "b": turn_id}
+    request("d")
+    request("e")  # three held, two allowed: the oldest goes as it was
+    assert parents()["c"] == turn_id and "d" not in parents()
+    tools[(trace_id, "e")] = 0xE
+    held.release()  # at exit: every one, under its tool span when that came
+    assert parents() == {"u": turn_id, "a": 0xA, "b": turn_id, "c": turn_id, "d": turn_id, "e": 0xE}
+    assert all(s.context.trace_id == trace_id for s in inner.get_finished_spans())
+    request("f")  # after the release: never held; moved when its tool span came
+    tools[(trace_id, "g")] = 0x6
+    request("g")
+    assert parents()["f"] == turn_id and parents()["g"] == 0x6
+    provider.shutdown()

@@ -68,6 +68,8 @@ class AgentTelemetry:
         self._reported = False
         self._finishing: threading.Thread | None = None
         self._deadline = 0.0
+        self._joined = threading.Event()  # every span of the agent's is joined (set at its exit)
+        self._tool_listeners: list[Callable[[], None]] = []
 
     # ------------------------------------------------------------------ start
 
@@ -98,6 +100,7 @@ class AgentTelemetry:
 
             session_keys, tool_keys = self._profile_keys()
             joiner = Joiner(session_keys, tool_keys, self._facts)
+            joiner.on_tool_span = self._tool_seen
             self._signals = forwarded_signals()
             self._forwarder = Forwarder()
             from .agent_content import scrub_logs, scrub_spans
@@ -185,6 +188,28 @@ class AgentTelemetry:
         if telemetry is not None and telemetry.seen and (telemetry.reports_tool_calls or telemetry.reports_usage):
             on_facts(bool(telemetry.reports_tool_calls), bool(telemetry.reports_usage))
 
+    def on_tool_span(self, listener: Callable[[], None]) -> None:
+        """``listener()`` is called (in the receiver's thread: it must be quick) when one of the agent's
+        ``execute_tool`` spans has been joined (see :meth:`tool_span`)."""
+        self._tool_listeners.append(listener)
+
+    def _tool_seen(self) -> None:
+        for listener in self._tool_listeners:
+            listener()
+
+    def tool_span(self, trace_id: int, tool_call_id: str) -> int | None:
+        """The span id of the agent's ``execute_tool`` span of ``tool_call_id`` in trace ``trace_id`` (a turn's,
+        once joined), if it has arrived."""
+        joiner = self._joiner
+        if joiner is None:
+            return None
+        span_id = joiner.tool_span(trace_id.to_bytes(16, "big"), tool_call_id)
+        return int.from_bytes(span_id, "big") if span_id else None
+
+    def joined(self, timeout_s: float) -> bool:
+        """Wait at most ``timeout_s`` until the agent has exited and every span it sent is joined."""
+        return self._joined.wait(timeout_s)
+
     def _facts(self, tools: bool, usage: bool) -> None:
         if self._on_facts is not None:
             self._on_facts(tools, usage)
@@ -246,7 +271,10 @@ class AgentTelemetry:
         self._stop.set()
         if self._receiver is not None:
             self._receiver.close()
-        self._release(True)
+        try:
+            self._release(True)
+        finally:
+            self._joined.set()
         if self._forwarder is not None:
             self._forwarder.close(deadline)
 

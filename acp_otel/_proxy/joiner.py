@@ -44,6 +44,8 @@ MAX_HELD = 4096
 MAX_KNOWN = 50_000
 """Spans whose fate is remembered (for their children and logs: some 12 MB at most); the oldest are forgotten
 first."""
+MAX_KNOWN_TOOLS = 4096
+"""The agent's ``execute_tool`` spans remembered (for the proxy's own spans that serve their tool calls)."""
 MAX_TURNS = 1024
 """Turn windows remembered (closed ones are forgotten oldest first)."""
 SESSION_KEYS = ("gen_ai.conversation.id", "session.id", "acp.session.id")
@@ -118,6 +120,10 @@ class Joiner:
         self._clock = clock
         self.spans_moved = 0
         self.spans_linked = 0
+        # The agent's execute_tool spans as decided: (trace id, tool call id) -> span id (see tool_span).
+        self._tool_spans: OrderedDict[tuple[bytes, str], bytes] = OrderedDict()
+        self.on_tool_span: Callable[[], None] | None = None  # called (under no lock of ours) when one is noted
+        self._noted = False
 
     # ------------------------------------------------------------------ turns (the engine's turn observer)
 
@@ -216,6 +222,18 @@ class Joiner:
                             scope_spans.spans.extend(kept)
             released.extend(self._overflow())
             _append(request, released)
+        self._tell_tools()
+
+    def _tell_tools(self) -> None:
+        """Call :attr:`on_tool_span` if an ``execute_tool`` span was noted since the last call."""
+        if self._noted:
+            self._noted = False
+            callback = self.on_tool_span
+            if callback is not None:
+                try:
+                    callback()
+                except Exception:  # the proxy's side: never the receiver's problem
+                    pass
 
     def release(self, everything: bool = False) -> ExportTraceServiceRequest | None:
         """Spans held past :data:`HOLD_S` (all of them when ``everything``), left alone, as one request."""
@@ -228,11 +246,12 @@ class Joiner:
                     out.extend(self._give_up(key))
             while everything and self._held:  # a cycle of parents (hostile input): out as they are
                 out.extend(self._give_up(next(iter(self._held))))
-            if not out:
-                return None
-            request = ExportTraceServiceRequest()
-            _append(request, out)
-            return request
+            request = None
+            if out:
+                request = ExportTraceServiceRequest()
+                _append(request, out)
+        self._tell_tools()
+        return request
 
     def held(self) -> int:
         """Spans waiting for their parent."""
@@ -244,6 +263,7 @@ class Joiner:
         key = (span.trace_id, span.span_id)
         if span.trace_id in self._turn_traces:  # it took its parent from the turn's _meta itself: as it is
             self._remember(key, span.trace_id)
+            self._note_tool(span)
             return True
         parent: bytes | None = None
         if span.parent_span_id:
@@ -259,6 +279,33 @@ class Joiner:
     def _apply(self, span: Span, parent: bytes | None) -> bytes:
         """Move, re-parent or link ``span`` given its parent's fate (``None``: it has no parent, or its parent
         never came); returns its own fate."""
+        fate = self._apply_fate(span, parent)
+        self._note_tool(span)
+        return fate
+
+    def _note_tool(self, span: Span) -> None:
+        """Remember where a span naming a tool call (one of the tool call id keys) went, for :meth:`tool_span`: an
+        ``execute_tool`` span wins over others of the same tool call (OpenCode's ``Tool.execute`` is not one)."""
+        tool_call_id = _attribute(span, self._tool_keys)
+        if tool_call_id is None:
+            return
+        key = (span.trace_id, tool_call_id)
+        execute = any(
+            kv.key == "gen_ai.operation.name" and kv.value.string_value == "execute_tool" for kv in span.attributes
+        )
+        if execute or key not in self._tool_spans:
+            self._tool_spans[key] = span.span_id
+            self._noted = True
+            if len(self._tool_spans) > MAX_KNOWN_TOOLS:
+                self._tool_spans.popitem(last=False)
+
+    def tool_span(self, trace_id: bytes, tool_call_id: str) -> bytes | None:
+        """The id of the agent's ``execute_tool`` span of ``tool_call_id`` in trace ``trace_id`` (after joining:
+        a turn's trace), if one was seen."""
+        with self._lock:
+            return self._tool_spans.get((trace_id, tool_call_id))
+
+    def _apply_fate(self, span: Span, parent: bytes | None) -> bytes:
         window = self._window_of(span)
         if isinstance(window, TurnWindow):  # it ran in this turn: it joins it, under its parent if that did too
             if parent == window.trace_id:

@@ -362,7 +362,7 @@ class _Tracing:
 
         options = self.options
         derived = options.service_name or proxy_service_name(options.command)
-        return telemetry.configure(derived, options.service_name is not None, self.collector)
+        return telemetry.configure(derived, options.service_name is not None, self.collector, self.agent)
 
     def _engine(self, tracer: Any, settings: Any, instruments: Any) -> Any:
         """A message tracer on the engine; ``tracer`` ``None``: no spans and nothing injected (metrics only)."""

@@ -36,6 +36,7 @@ import re
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 from urllib.parse import urlsplit
@@ -353,6 +354,10 @@ class Telemetry:
         self._metrics_built = False
         # More of the exit line: each returns its sentences (the agent's own telemetry's losses).
         self.more_problems: list[Callable[[], list[str]]] = []
+        # --agent-telemetry: the exporters that move spans under the agent's tool spans (.tool_parents), released
+        # at exit once the agent's own spans are all joined (``agent_joined(timeout_s)`` waits for that).
+        self.tool_parents: list[Any] = []
+        self.agent_joined: Callable[[float], bool] | None = None
 
     def add_meter_provider(self) -> Any:
         """Build the meter provider from the environment (same resource as the spans); ``None`` if off."""
@@ -406,10 +411,15 @@ class Telemetry:
             return True
         done = threading.Event()
 
+        started = time.monotonic()
+
         def run() -> None:
             try:
                 if self.provider is not None:
-                    self.provider.force_flush()
+                    try:
+                        self.provider.force_flush()
+                    finally:
+                        self._release_held(started + timeout_s / 2)
                 if self.meter_provider is not None:
                     self.meter_provider.force_flush()
             except Exception:
@@ -419,6 +429,15 @@ class Telemetry:
 
         threading.Thread(target=run, name="acp-otel-flush", daemon=True).start()
         return done.wait(timeout_s)
+
+    def _release_held(self, wait_until: float) -> None:
+        """Export the spans held for the agent's tool spans, once the agent's last spans are joined (waited for
+        until ``wait_until``, monotonic)."""
+        if self.tool_parents:
+            if self.agent_joined is not None:
+                self.agent_joined(max(0.0, wait_until - time.monotonic()))
+            for tool_parents in self.tool_parents:
+                tool_parents.release()
 
     def problems(self, flushed: bool, timeout_s: float) -> list[str]:
         """What went wrong with telemetry: rejected settings, spans and metrics not exported and why."""
@@ -494,13 +513,17 @@ class ReplayIds(IdGenerator):
         return True
 
 
-def configure(service_name: str, explicit_service_name: bool, collector: _Collector | None = None) -> Telemetry:
+def configure(
+    service_name: str, explicit_service_name: bool, collector: _Collector | None = None, agent: Any = None
+) -> Telemetry:
     """Build the tracer provider from the environment; ``service_name`` applies unless the environment names one.
 
     ``explicit_service_name`` (``--service-name`` given) makes ``service_name`` win over the environment.
     The resource is built whatever the traces settings, for the metrics (:meth:`Telemetry.add_meter_provider`).
     The warnings and exporters' errors :meth:`Telemetry.finish` reports are those ``collector`` (from
-    :func:`install_collector`) keeps; without one, collecting starts here.
+    :func:`install_collector`) keeps; without one, collecting starts here. ``agent``: the agent's own telemetry
+    (:class:`~.agent_telemetry.AgentTelemetry`, ``--agent-telemetry``): the proxy's spans that serve a tool call
+    it reports then go under its tool span (:mod:`.tool_parents`).
     """
     if collector is None:
         collector = install_collector()
@@ -525,6 +548,18 @@ def configure(service_name: str, explicit_service_name: bool, collector: _Collec
     # No exit hook: the proxy flushes itself, bounded, before it exits.
     provider = TracerProvider(resource=resource, shutdown_on_exit=False, id_generator=ids)
     delay = None if _env("OTEL_BSP_SCHEDULE_DELAY") else SCHEDULE_DELAY_MS
+    tool_parents = []
     for exporter in exporters:
-        provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=delay))
-    return Telemetry(provider, exporters, collector, id_generator=ids)
+        processed: SpanExporter = exporter
+        if agent is not None:
+            from .tool_parents import ToolParents
+
+            processed = ToolParents(exporter, agent.tool_span)
+            agent.on_tool_span(processed.tool_span_seen)
+            tool_parents.append(processed)
+        provider.add_span_processor(BatchSpanProcessor(processed, schedule_delay_millis=delay))
+    telemetry = Telemetry(provider, exporters, collector, id_generator=ids)
+    if agent is not None:
+        telemetry.tool_parents = tool_parents
+        telemetry.agent_joined = agent.joined
+    return telemetry

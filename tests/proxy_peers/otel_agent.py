@@ -1,6 +1,7 @@
 """A synthetic ACP agent that exports OpenTelemetry of its own, as real agents do (the proxy tests' agent).
 
     python tests/proxy_peers/otel_agent.py [--process-root] [--no-session] [--export-at-exit] [--overlap N]
+        [--ask] [--other-tool-id]
 
 Not instrumented by acp-otel: it uses the OpenTelemetry SDK itself, exporting spans, logs and metrics over
 OTLP/HTTP to ``OTEL_EXPORTER_OTLP_ENDPOINT`` (what the proxy's ``--agent-telemetry`` points it at). Its spans:
@@ -16,7 +17,9 @@ OTLP/HTTP to ``OTEL_EXPORTER_OTLP_ENDPOINT`` (what the proxy's ``--agent-telemet
 
 ``--no-session``: no ``gen_ai.conversation.id`` on ``invoke_model``; ``--overlap N``: each prompt waits until N
 prompts are in flight (turns of several sessions open at once); ``--export-at-exit``: nothing is exported
-before the process exits (like Gemini CLI): no flush, a schedule delay of an hour, shutdown at exit.
+before the process exits (like Gemini CLI): no flush, a schedule delay of an hour, shutdown at exit; ``--ask``:
+while ``execute_tool read`` is open, a ``session/request_permission`` for its tool call and an
+``fs/read_text_file``; ``--other-tool-id``: ``execute_tool read`` carries a tool call id ACP never names.
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ CANARY = "CANARY-prompt-5b1e"
 AT_EXIT = "--export-at-exit" in ARGS
 OVERLAP = int(sys.argv[sys.argv.index("--overlap") + 1]) if "--overlap" in sys.argv else 1
 DELAY_MS = 3_600_000 if AT_EXIT else 100
+ASK = "--ask" in ARGS
+OTHER_ID = "--other-tool-id" in ARGS
 
 resource = Resource.create({"service.name": "otel-agent"})
 provider = TracerProvider(resource=resource)
@@ -130,9 +135,17 @@ class OtelAgent:
             attributes={
                 "gen_ai.operation.name": "execute_tool",
                 "gen_ai.tool.name": "read",
-                "gen_ai.tool.call.id": tool_call_id,
+                # --other-tool-id: its span reports a tool call, never the one ACP names
+                "gen_ai.tool.call.id": f"other-{tool_call_id}" if OTHER_ID else tool_call_id,
             },
         )
+        if ASK:  # the tool call's work through the editor, while its span is open
+            await self._conn.request_permission(
+                session_id=session_id,
+                tool_call={"toolCallId": tool_call_id, "status": "pending"},
+                options=[{"optionId": "allow", "name": "Allow once", "kind": "allow_once"}],
+            )
+            await self._conn.read_text_file(session_id=session_id, path="/tmp/notes.txt")
         tool.end()
         await self._conn.session_update(
             session_id=session_id,

@@ -229,6 +229,22 @@ async def test_agent_telemetry_on(name: str, tmp_path: Path, model: ModelServer,
     check(not leaks, "no content at the backend", leaks)
     reports = {tid: [s.name for s in _reports_of(tid, name, spans)] for tid in run.tool_call_ids()}
     check(all(len(r) == 1 for r in reports.values()), "each tool call reported once", reports)
+    if TOOL_REPORT[name][1]:  # the proxy made no tool span: what serves a tool call hangs from the agent's span of it
+        served = [
+            s
+            for s in spans
+            if s.service == PROXY_SERVICE and "acp.tool_call.id" in s.attributes and s.name != "session/update"
+        ]
+        pairs = [(s, index.get(s.parent_id or "")) for s in served]
+        own = [
+            p is not None and p.service != PROXY_SERVICE and s.attributes["acp.tool_call.id"] in p.attributes.values()
+            for s, p in pairs
+        ]
+        check(
+            bool(own) and all(own),
+            "the proxy's requests serving a tool call under the agent's span of it",
+            [(s.name, p.name if p is not None else None) for s, p in pairs],
+        )
     check.done()
 
 
