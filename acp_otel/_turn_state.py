@@ -150,17 +150,21 @@ class Turn:
         tool = self.tools.get(tool_call_id) if type(tool_call_id) is str else None
         return tool.context if tool is not None else None
 
+    def _terminal_tool_call(self, params: Any) -> str | None:
+        """The tool call whose content embedded the request's ``terminalId``, if any."""
+        terminals = self.terminals
+        if terminals is None or type(params) is not dict:
+            return None
+        terminal_id = params.get("terminalId")
+        return terminals.get(terminal_id) if type(terminal_id) is str else None
+
     def served_tool_context(self, params: Any) -> Context | None:
         """The context of the tool call an ``fs/*`` / ``terminal/*`` request serves, if this side knows it: the
         tool call whose content embedded the request's ``terminalId`` (none once that tool call ended), else
         the one tool call open, when exactly one is."""
-        terminals = self.terminals
-        if terminals is not None and type(params) is dict:
-            terminal_id = params.get("terminalId")
-            if type(terminal_id) is str:
-                tool_call_id = terminals.get(terminal_id)
-                if tool_call_id is not None:
-                    return self.tool_context(tool_call_id)
+        tool_call_id = self._terminal_tool_call(params)
+        if tool_call_id is not None:
+            return self.tool_context(tool_call_id)
         if len(self.tools) == 1:
             for tool in self.tools.values():
                 return tool.context
@@ -172,13 +176,9 @@ class Turn:
         unspanned = self.unspanned
         if not unspanned:
             return None
-        terminals = self.terminals
-        if terminals is not None and type(params) is dict:
-            terminal_id = params.get("terminalId")
-            if type(terminal_id) is str:
-                tool_call_id = terminals.get(terminal_id)
-                if tool_call_id is not None:
-                    return tool_call_id if tool_call_id in unspanned else None
+        tool_call_id = self._terminal_tool_call(params)
+        if tool_call_id is not None:
+            return tool_call_id if tool_call_id in unspanned else None
         if len(unspanned) == 1:
             return next(iter(unspanned))
         return None

@@ -122,12 +122,7 @@ class TurnLayer:
         turn.reports_usage = mode == "always" or (mode == "auto" and not agent_traced and not agent_reports[1])
         turn.agent_tools = agent_reports[0]
         turn.costs = costs
-        observer = self.observer
-        if observer is not None:
-            try:
-                observer.turn_started(turn)
-            except Exception:
-                _log.debug("acp_otel: the turn observer failed", exc_info=True)
+        self._tell_observer("turn_started", turn)
         if self._capture:
             turn.output = []
             if turn.span.is_recording():
@@ -189,10 +184,14 @@ class TurnLayer:
                 instruments.client_turn_duration.record(now - turn.started, turn_attributes)
         if turn.own_span:
             span.end()
+        self._tell_observer("turn_ended", turn)
+
+    def _tell_observer(self, event: str, turn: Turn) -> None:
+        """``turn_started`` / ``turn_ended`` to the observer, if any (its failure is not the turn's)."""
         observer = self.observer
         if observer is not None:
             try:
-                observer.turn_ended(turn)
+                getattr(observer, event)(turn)
             except Exception:
                 _log.debug("acp_otel: the turn observer failed", exc_info=True)
 
