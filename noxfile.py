@@ -242,6 +242,28 @@ def phoenix(session: nox.Session) -> None:
     )
 
 
+# -- The stack most users run (tests/backends/check_collector_stack.py): an OpenTelemetry Collector forwarding to
+# Jaeger v2 and Prometheus 3, real binaries built from the Go module proxy by scripts/build_backends.sh (cached
+# outside the clone, keyed by version). Not a default session: `.ci/run` runs it on its own.
+BACKENDS_PYTHON = "3.12"
+
+
+@nox.session(python=BACKENDS_PYTHON)
+def backends(session: nox.Session) -> None:
+    """Traced turns through the Collector into Jaeger and Prometheus, read back through their HTTP APIs.
+
+    Without a Go toolchain the session skips (a user's machine); under ``CI=true`` it fails instead.
+    """
+    if shutil.which("go") is None and os.environ.get("CI") != "true":
+        session.skip("no Go toolchain on PATH: Jaeger, the Collector and Prometheus are built from Go modules")
+    _pip_install(session, _package("[test]"), f"agent-client-protocol=={LATEST}")
+    # Built (or found in the cache) before the tests, so that the build's time is printed on its own.
+    session.run("bash", "scripts/build_backends.sh", external=True)
+    session.run(
+        "pytest", "-q", "-rA", "-p", "no:cacheprovider", "tests/backends/check_collector_stack.py", *session.posargs
+    )
+
+
 # Real third-party agents (tests/real_agents): kimi-cli from PyPI beside acp-otel, the npm agents from
 # tests/real_agents/package-lock.json. Python 3.13: kimi-cli needs >= 3.12, and 3.12.1 cannot import it.
 REAL_AGENTS_PYTHON = "3.13"

@@ -1,8 +1,10 @@
-"""Consistency checks for the Docker Compose tracing stack in collector-config/.
+"""Consistency checks for the tracing stack in collector-config/: the Docker Compose files and run-local.sh.
 
 Docker is not available where this project is tested, so these tests check the wiring between the files
-(names, ports, hosts, mounts) instead of running the stack. Each check is a function returning a list of
-problems; the mutation tests at the end prove the checks do catch broken configurations.
+(names, ports, hosts, mounts). The Collector, Jaeger and Prometheus themselves run from binaries built here in
+``tests/backends/check_collector_stack.py`` (``nox -s backends``), with these same files. Each check is a
+function returning a list of problems; the mutation tests at the end prove the checks do catch broken
+configurations.
 """
 
 from __future__ import annotations
@@ -21,15 +23,39 @@ CONFIG_DIR = ROOT / "collector-config"
 COMPONENT_KINDS = ("receivers", "processors", "exporters", "connectors")
 
 
-def load(name: str) -> dict[str, Any]:
+ENV_REFERENCE = re.compile(r"\$\{env:([A-Z_][A-Z0-9_]*):-([^}]*)\}")
+
+
+def load_raw(name: str) -> dict[str, Any]:
     data = yaml.safe_load((CONFIG_DIR / name).read_text(encoding="utf-8"))
     assert isinstance(data, dict), f"{name} must be a YAML mapping"
     return data
 
 
+def with_defaults(value: Any) -> Any:
+    """A Collector config as it reads with no variable set: each ``${env:NAME:-default}`` is its default."""
+    if isinstance(value, dict):
+        return {k: with_defaults(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [with_defaults(v) for v in value]
+    if isinstance(value, str):
+        expanded = ENV_REFERENCE.sub(lambda m: m.group(2), value)
+        return int(expanded) if expanded.isdigit() and expanded != value else expanded
+    return value
+
+
+def load(name: str) -> dict[str, Any]:
+    return dict(with_defaults(load_raw(name)))
+
+
 @pytest.fixture(scope="module")
 def collector() -> dict[str, Any]:
     return load("otel-collector.yaml")
+
+
+@pytest.fixture(scope="module")
+def jaeger() -> dict[str, Any]:
+    return load("jaeger.yaml")
 
 
 @pytest.fixture(scope="module")
@@ -265,6 +291,7 @@ def test_every_yaml_file_parses() -> None:
     files = sorted(CONFIG_DIR.glob("*.y*ml"))
     names = {f.name for f in files}
     assert {"otel-collector.yaml", "docker-compose.yaml", "tempo.yaml", "grafana-datasources.yaml"} <= names
+    assert {"jaeger.yaml", "prometheus.yml"} <= names
     for path in files:
         assert isinstance(yaml.safe_load(path.read_text(encoding="utf-8")), dict), path.name
 
@@ -373,6 +400,101 @@ def test_readme_commands_fit_the_backend_it_suggests() -> None:
     assert otlp_command_problems(commands) == []
 
 
+def endpoints(config: Any, path: str = "") -> dict[str, str]:
+    """Every ``endpoint`` (and the telemetry reader's ``host``:``port``) in a Collector config, by where it is."""
+    found: dict[str, str] = {}
+    if isinstance(config, dict):
+        for key, value in config.items():
+            where = f"{path}.{key}" if path else str(key)
+            if key == "endpoint" and isinstance(value, str):
+                found[where] = value
+            elif key == "prometheus" and isinstance(value, dict) and "host" in value:
+                found[where] = f"{value['host']}:{value['port']}"
+            else:
+                found.update(endpoints(value, where))
+    elif isinstance(config, list):
+        for i, value in enumerate(config):
+            found.update(endpoints(value, f"{path}[{i}]"))
+    return found
+
+
+def env_problems(raw_collector: dict[str, Any]) -> list[str]:
+    """Each address in the Collector config comes from a variable, so the binaries can be pointed at loopback."""
+    return [
+        f"{where} is {value!r}, not ${{env:NAME:-default}}"
+        for where, value in endpoints(raw_collector).items()
+        if not ENV_REFERENCE.search(value)
+    ]
+
+
+def jaeger_problems(jaeger: dict[str, Any], collector: dict[str, Any]) -> list[str]:
+    """Jaeger for run-local.sh: every listener on loopback, none on a port of the Collector's, no self-tracing."""
+    problems = []
+    taken = {host_port(e)[1] for e in endpoints(collector).values() if host_port(e)[0] not in COMPOSE_HOSTS}
+    for where, value in endpoints(jaeger).items():
+        host, port = host_port(value)
+        if host != "127.0.0.1":
+            problems.append(f"Jaeger's {where} listens on {host}")
+        if port in taken:
+            problems.append(f"Jaeger's {where} takes port {port}, which the Collector uses")
+    query = jaeger["extensions"]["jaeger_query"]
+    if query.get("enable_tracing") is not False:
+        problems.append("jaeger_query traces itself (enable_tracing is not false)")
+    if not {"http", "grpc"} <= set(query):
+        problems.append("jaeger_query's http and grpc endpoints are not both set (it listens on every interface)")
+    return problems
+
+
+COMPOSE_HOSTS = {"jaeger", "tempo", "prometheus"}
+
+
+def run_local_problems(script: str, jaeger: dict[str, Any]) -> list[str]:
+    """run-local.sh sends the Collector's traces to Jaeger's OTLP port and leaves Tempo out of the pipeline."""
+    problems = []
+    grpc = jaeger["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"]
+    if f"JAEGER_OTLP_GRPC_ENDPOINT={grpc}" not in script:
+        problems.append(f"run-local.sh does not point the Collector at Jaeger's OTLP receiver {grpc}")
+    if "traces::exporters: [otlp/jaeger, debug]" not in script:
+        problems.append("run-local.sh keeps the Tempo exporter in the traces pipeline")
+    query = jaeger["extensions"]["jaeger_query"]["http"]["endpoint"]
+    if f"http://{query}/api/services" not in script:
+        problems.append(f"run-local.sh does not wait for Jaeger's query API on {query}")
+    return problems
+
+
+def test_collector_addresses_come_from_variables() -> None:
+    assert env_problems(load_raw("otel-collector.yaml")) == []
+
+
+def test_jaeger_for_run_local_on_loopback(jaeger: dict[str, Any], collector: dict[str, Any]) -> None:
+    assert jaeger_problems(jaeger, collector) == []
+    assert jaeger["extensions"]["jaeger_storage"]["backends"]["memstore"] == {"memory": {"max_traces": 100000}}
+
+
+def test_run_local_points_at_jaeger(jaeger: dict[str, Any]) -> None:
+    assert run_local_problems((CONFIG_DIR / "run-local.sh").read_text(encoding="utf-8"), jaeger) == []
+
+
+def test_compose_images_are_the_tested_versions(compose: dict[str, Any]) -> None:
+    """The compose stack runs the releases the backends session builds (tests/backends/*/go.mod)."""
+    services = compose["services"]
+    modules = {
+        "jaegertracing/jaeger": ("jaeger", "github.com/jaegertracing/jaeger", {"v1.75.0": "2.12.0"}),
+        "otel/opentelemetry-collector-contrib": ("otelcol", "go.opentelemetry.io/collector/otelcol", {}),
+        "prom/prometheus": ("prometheus", "github.com/prometheus/prometheus", {}),
+    }
+    for image, (folder, module, tags) in modules.items():
+        (tag,) = [s["image"].rpartition(":")[2] for s in services.values() if s["image"].startswith(image + ":")]
+        go_mod = (ROOT / "tests" / "backends" / folder / "go.mod").read_text(encoding="utf-8")
+        (version,) = re.findall(rf"^\s*(?:require )?{re.escape(module)} (v[0-9.]+)", go_mod, re.MULTILINE)
+        if folder == "prometheus":  # module v0.3xx.y is Prometheus 3.xx.y
+            major, minor, patch = version[1:].split(".")
+            expected = f"v3.{int(minor) - 300}.{patch}"
+        else:
+            expected = tags.get(version, version.removeprefix("v"))
+        assert tag == expected, (image, tag, version)
+
+
 # --------------------------------------------------------------------------- the checks can fail
 
 
@@ -474,3 +596,23 @@ def test_checks_catch_commands_on_the_wrong_port() -> None:
     assert shell_commands(markdown) == [
         "OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:4318 opentelemetry-instrument python c.py"
     ]
+
+
+def test_checks_catch_unbound_and_clashing_addresses(jaeger: dict[str, Any], collector: dict[str, Any]) -> None:
+    raw = copy.deepcopy(load_raw("otel-collector.yaml"))
+    raw["exporters"]["otlp/jaeger"]["endpoint"] = "jaeger:4317"
+    assert any("otlp/jaeger" in p for p in env_problems(raw))
+    broken = copy.deepcopy(jaeger)
+    broken["extensions"]["jaeger_query"]["http"]["endpoint"] = "0.0.0.0:16686"
+    assert any("listens on 0.0.0.0" in p for p in jaeger_problems(broken, collector))
+    broken = copy.deepcopy(jaeger)
+    broken["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"] = "127.0.0.1:4317"
+    assert any("takes port 4317" in p for p in jaeger_problems(broken, collector))
+    broken = copy.deepcopy(jaeger)
+    broken["service"]["telemetry"]["metrics"]["readers"][0]["pull"]["exporter"]["prometheus"]["port"] = 8888
+    assert any("takes port 8888" in p for p in jaeger_problems(broken, collector))
+    del broken["extensions"]["jaeger_query"]["enable_tracing"]
+    assert any("enable_tracing" in p for p in jaeger_problems(broken, collector))
+    script = (CONFIG_DIR / "run-local.sh").read_text(encoding="utf-8")
+    assert any("Tempo" in p for p in run_local_problems(script.replace("[otlp/jaeger, debug]", "[otlp/jaeger]"), jaeger))
+    assert run_local_problems(script.replace("127.0.0.1:14317", "127.0.0.1:4317"), jaeger)

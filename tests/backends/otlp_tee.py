@@ -50,6 +50,8 @@ class TeeSpan:
     attributes: dict[str, Any]
     events: list[str]
     resource: dict[str, Any] = field(default_factory=dict)
+    links: list[tuple[str, str]] = field(default_factory=list)  # (trace id, span id) of each link
+    event_attributes: list[dict[str, Any]] = field(default_factory=list)  # each event's, in order
 
 
 class TeeStore:
@@ -78,6 +80,10 @@ class TeeStore:
                             attributes={kv.key: _value(kv.value) for kv in span.attributes},
                             events=[e.name for e in span.events],
                             resource=resource,
+                            links=[(link.trace_id.hex(), link.span_id.hex()) for link in span.links],
+                            event_attributes=[
+                                {kv.key: _value(kv.value) for kv in e.attributes} for e in span.events
+                            ],
                         )
                     )
         with self._lock:

@@ -1,0 +1,312 @@
+"""The stack most users run: an OpenTelemetry Collector forwarding traces to Jaeger and metrics to Prometheus.
+
+Run by ``nox -s backends`` only. Real binaries, built from the Go module proxy by ``scripts/build_backends.sh``
+(``go_stack.py``), on free loopback ports, the Collector with ``collector-config/otel-collector.yaml`` itself.
+Without Go (a user's machine) the tests skip with that reason; under ``CI=true`` a missing Go or a failed build
+fails them. The file name does not match pytest's ``test_*.py``: the default test run does not collect it.
+
+Each case exports its traces through a tee of the test's own (``otlp_tee.py``) into the Collector, its metrics
+to the Collector directly; what Jaeger returns through its HTTP API is compared span for span with what the tee
+kept, and Prometheus is asked for every metric docs/metrics.md lists, by the name Prometheus gives it:
+
+* ``acp-otel demo`` (OTLP/HTTP);
+* ``acp-otel proxy`` in front of ``examples/agent.py``, driven by an SDK client (OTLP/HTTP, metrics on);
+* zero-code: ``opentelemetry-instrument python examples/client.py``, which spawns the example agent traced too
+  (OTLP/gRPC, the distro's default, metrics on).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.parse
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from check_phoenix import CANARIES, PROMPT, clean_env, editor_turn, make_attachment
+from go_stack import LOOPBACK, Stack, Unavailable, binaries, http_json
+from jaeger_read import trace_problems
+from otlp_tee import GrpcTee, HttpTee, TeeSpan
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+BIN = Path(sys.executable).parent
+ACP_OTEL = str(BIN / "acp-otel")
+OTEL_INSTRUMENT = str(BIN / "opentelemetry-instrument")
+METRICS_DOC = ROOT / "docs" / "metrics.md"
+TURN, TOOL = "invoke_agent", "execute_tool"
+CASES = ["demo", "proxy", "zero-code"]
+
+
+@dataclass
+class Case:
+    name: str
+    sent: list[TeeSpan]
+    output: str  # what the program printed (stdout and stderr)
+
+    def traces(self) -> dict[str, list[TeeSpan]]:
+        out: dict[str, list[TeeSpan]] = {}
+        for span in self.sent:
+            out.setdefault(span.trace_id, []).append(span)
+        return out
+
+
+@pytest.fixture(scope="module")
+def stack() -> Iterator[Stack]:
+    try:
+        bins = binaries()
+    except Unavailable as exc:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true: {exc}")
+        pytest.skip(str(exc))
+    stack = Stack(bins)
+    with stack:
+        yield stack
+    print(f"\nCollector log (tail):\n{stack.log('otelcol')[-1500:]}")
+    stack.cleanup()
+
+
+def _env(**extra: str) -> dict[str, str]:
+    return clean_env(OTEL_TRACES_EXPORTER="otlp", OTEL_LOGS_EXPORTER="none", **extra)
+
+
+def run_demo(stack: Stack) -> Case:
+    with HttpTee(f"{stack.collector_http}/v1/traces") as tee:
+        done = subprocess.run(
+            [ACP_OTEL, "demo"],
+            env=_env(OTEL_EXPORTER_OTLP_ENDPOINT=tee.endpoint),
+            cwd=str(ROOT),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert tee.errors == [], tee.errors
+    (trace_id,) = re.findall(r"^trace id: ([0-9a-f]{32})$", done.stdout, re.MULTILINE)
+    sent = tee.snapshot()
+    assert {s.trace_id for s in sent} == {trace_id}, "the demo's run is one trace, the one it printed"
+    return Case("demo", sent, done.stdout + done.stderr)
+
+
+def run_proxy(stack: Stack, attachment: Path) -> Case:
+    agent = [sys.executable, str(EXAMPLES / "agent.py")]
+    with HttpTee(f"{stack.collector_http}/v1/traces") as tee:
+        env = _env(
+            OTEL_EXPORTER_OTLP_ENDPOINT=tee.endpoint,
+            OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
+            OTEL_METRICS_EXPORTER="otlp",
+            OTEL_EXPORTER_OTLP_METRICS_ENDPOINT=f"{stack.collector_http}/v1/metrics",
+        )
+        _message, left, stderr = asyncio.run(editor_turn([ACP_OTEL, "proxy", "--", *agent], env, attachment))
+    assert left.returncode == 0, stderr
+    assert tee.errors == [], tee.errors
+    return Case("proxy", tee.snapshot(), stderr)
+
+
+def run_zero_code(stack: Stack, attachment: Path) -> Case:
+    with GrpcTee(stack.collector_grpc) as tee:
+        env = _env(
+            OTEL_EXPORTER_OTLP_ENDPOINT=tee.endpoint,
+            OTEL_METRICS_EXPORTER="otlp",
+            OTEL_EXPORTER_OTLP_METRICS_ENDPOINT=f"http://{stack.collector_grpc}",
+            OTEL_SERVICE_NAME="acp-example-client",
+        )
+        done = subprocess.run(
+            [OTEL_INSTRUMENT, sys.executable, str(EXAMPLES / "client.py"), "--prompt", PROMPT, "--file", str(attachment)],
+            env=env,
+            cwd=str(ROOT),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    assert done.returncode == 0, done.stderr
+    assert tee.errors == [], tee.errors
+    return Case("zero-code", tee.snapshot(), done.stderr)
+
+
+def wait_for_jaeger(stack: Stack, case: Case, timeout: float = 60.0) -> dict[str, dict[str, Any]]:
+    """Jaeger's view of each trace the case sent, once it holds at least as many spans as were sent."""
+    deadline = time.monotonic() + timeout
+    shown: dict[str, dict[str, Any]] = {}
+    for trace_id, spans in case.traces().items():
+        while True:
+            trace = stack.trace(trace_id)
+            if trace is not None and len(trace["spans"]) >= len(spans):
+                shown[trace_id] = trace
+                break
+            if time.monotonic() > deadline:
+                got = len(trace["spans"]) if trace else 0
+                raise AssertionError(f"{case.name}: Jaeger has {got} of the {len(spans)} spans of trace {trace_id}")
+            time.sleep(0.5)
+    return shown
+
+
+@pytest.fixture(scope="module")
+def runs(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Case, dict[str, dict[str, Any]]]]:
+    """Every case once (what was sent, and what Jaeger returns for each of its traces)."""
+    out = {}
+    for name in CASES:
+        attachment = make_attachment(tmp_path_factory.mktemp(name))
+        started = time.monotonic()
+        if name == "demo":
+            case = run_demo(stack)
+        elif name == "proxy":
+            case = run_proxy(stack, attachment)
+        else:
+            case = run_zero_code(stack, attachment)
+        assert case.sent, f"{name}: nothing was exported"
+        out[name] = (case, wait_for_jaeger(stack, case))
+        print(f"\n{name}: {len(case.sent)} spans, in Jaeger after {time.monotonic() - started:.1f} s")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- Jaeger
+
+
+def test_every_listener_on_loopback(stack: Stack) -> None:
+    sockets = stack.listening()
+    assert len(sockets) >= 10, sockets  # Jaeger 6, the Collector 3, Prometheus 1
+    assert [s for s in sockets if s[0] != LOOPBACK] == [], sockets
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_every_span_in_jaeger_once_as_sent(runs: dict[str, Any], name: str) -> None:
+    """Name, kind, parent, status, attributes (tags), events (logs), links (references), service; no warnings."""
+    case, shown = runs[name]
+    problems = [p for trace_id, spans in case.traces().items() for p in trace_problems(shown[trace_id], spans)]
+    assert problems == []
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_one_trace_per_turn(runs: dict[str, Any], name: str) -> None:
+    """The turn (each side's turn span) and its three tool calls are in one trace, and Jaeger holds it whole."""
+    case, shown = runs[name]
+    turns = [s for s in case.sent if s.attributes.get("gen_ai.operation.name") == TURN]
+    tools = [s for s in case.sent if s.attributes.get("gen_ai.operation.name") == TOOL]
+    assert turns and len(tools) == 3, [s.name for s in case.sent]
+    (trace_id,) = {s.trace_id for s in turns + tools}
+    held = {s["spanID"] for s in shown[trace_id]["spans"]}
+    assert {s.span_id for s in turns + tools} <= held
+    # and the parents all resolve inside the trace (Jaeger would warn about an unknown parent otherwise)
+    assert all(s.parent_id is None or s.parent_id in held for s in case.traces()[trace_id])
+
+
+def _ids_and_content(case: Case) -> set[str]:
+    """The run's ids (session, tool call, request, trace, span) and its content canaries."""
+    found = set(CANARIES)
+    for span in case.sent:
+        found |= {span.trace_id, span.span_id}
+        for key, value in span.attributes.items():
+            if key.endswith(".id") and len(str(value)) >= 4:
+                found.add(str(value))
+    return found
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_services_and_operations(stack: Stack, runs: dict[str, Any], name: str) -> None:
+    """Each service from the resource is listed; its operations are the span names sent, none with an id in it."""
+    case, _shown = runs[name]
+    services = set(http_json(f"{stack.query_url}/api/services")["data"])
+    sent_services = {str(s.resource.get("service.name")) for s in case.sent}
+    assert sent_services <= services, (sent_services, services)
+    forbidden = _ids_and_content(case)
+    for service in sent_services:
+        query = urllib.parse.urlencode({"service": service})
+        operations = {o["name"] for o in http_json(f"{stack.query_url}/api/operations?{query}")["data"]}
+        assert {s.name for s in case.sent if s.resource.get("service.name") == service} <= operations
+        leaked = [(op, f) for op in operations for f in forbidden if f in op]
+        assert leaked == [], leaked
+
+
+def test_exit_lines_say_no_loss(runs: dict[str, Any]) -> None:
+    demo, proxy = runs["demo"][0], runs["proxy"][0]
+    assert "trace id: " in demo.output and "warning" not in demo.output.lower(), demo.output
+    assert "acp-otel proxy:" not in proxy.output, proxy.output  # its exit line appears only on a loss
+
+
+def test_collector_refused_and_dropped_nothing(stack: Stack, runs: dict[str, Any]) -> None:
+    """The Collector's own counters: every span accepted and sent to Jaeger, none refused, dropped or failed."""
+    sent = sum(len(case.sent) for case, _ in runs.values())
+    counters = stack.collector_counters()
+
+    def total(prefix: str, **labels: str) -> float:
+        return sum(
+            v
+            for k, v in counters.items()
+            if k.split("{")[0] == prefix and all(f'{key}="{val}"' in k for key, val in labels.items())
+        )
+
+    assert total("otelcol_receiver_accepted_spans_total") == sent, counters
+    assert total("otelcol_exporter_sent_spans_total", exporter="otlp/jaeger") == sent, counters
+    bad = {k: v for k, v in counters.items() if re.search(r"refused|dropped|failed", k.split("{")[0]) and v}
+    assert bad == {}
+
+
+# ---------------------------------------------------------------------------------------------- Prometheus
+
+
+def documented_metrics() -> dict[str, tuple[str, set[str]]]:
+    """docs/metrics.md: each metric -> (its Prometheus name, the labels documented for it)."""
+    text = METRICS_DOC.read_text(encoding="utf-8")
+    instruments = text.split("## Instruments", 1)[1].split("\n## ", 1)[0]
+    attributes: dict[str, set[str]] = {}
+    previous: set[str] = set()
+    for row in re.findall(r"^\| (`.*)$", instruments, re.MULTILINE):
+        cells = [c.strip() for c in row.split(" | ")]
+        names = re.findall(r"`([a-z_.]+)`", cells[0])
+        if cells[2] == "as above":
+            labels = previous
+        elif cells[2].startswith("as `"):
+            labels = attributes[re.findall(r"`([a-z_.]+)`", cells[2])[0]]
+        else:
+            labels = {n.split(" = ")[0] for n in re.findall(r"`([a-z_.]+(?: = [a-z_]+)?)`", cells[2])}
+        for name in names:
+            attributes[name] = labels
+        previous = labels
+    prometheus = text.split("## In Prometheus", 1)[1].split("\n## ", 1)[0]
+    names = dict(re.findall(r"^\| `([a-z_.]+)` \| `([a-z_]+)` \|", prometheus, re.MULTILINE))
+    assert set(names) == set(attributes), "docs/metrics.md: every instrument has its Prometheus name"
+    return {otel: (names[otel], {a.replace(".", "_") for a in labels}) for otel, labels in attributes.items()}
+
+
+# Labels Prometheus adds itself: the series' job and instance (service.name / service.instance.id), the
+# histogram bucket, the instrumentation scope.
+PROMETHEUS_LABELS = {"__name__", "job", "instance", "le", "otel_scope_name", "otel_scope_version", "otel_scope_schema_url"}
+# Documented labels that are only there sometimes (on failures; a tool call nothing names).
+OPTIONAL_LABELS = {"error_type", "gen_ai_tool_name"}
+# Recorded only when an agent reports a cost, which the example agent does not.
+NOT_IN_THESE_CASES = {"acp.turn.usage.cost"}
+
+
+def test_every_documented_metric_in_prometheus(stack: Stack, runs: dict[str, Any]) -> None:
+    metrics = documented_metrics()
+    expected = {otel: v for otel, v in metrics.items() if otel not in NOT_IN_THESE_CASES}
+    deadline = time.monotonic() + 60
+    while True:
+        series = {otel: stack.prometheus_series(_series(name)) for otel, (name, _) in expected.items()}
+        missing = sorted(otel for otel, found in series.items() if not found)
+        if not missing or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert missing == [], f"not in Prometheus under their documented names: {missing}"
+    for otel, found in series.items():
+        labels = expected[otel][1]
+        for entry in found:
+            names = set(entry)
+            assert names - labels - PROMETHEUS_LABELS == set(), (otel, entry)
+            assert labels - OPTIONAL_LABELS <= names, (otel, entry)
+            assert not [n for n in names if n.endswith("_id")], (otel, entry)
+
+
+def _series(prometheus_name: str) -> str:
+    """The series to look up: a histogram's ``_count``, a counter as it is."""
+    return prometheus_name if prometheus_name.endswith("_total") else f"{prometheus_name}_count"

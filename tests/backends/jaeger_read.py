@@ -1,0 +1,91 @@
+"""What Jaeger's HTTP API (``/api/traces/{id}``, the JSON its UI renders) shows, compared with what was sent.
+
+Jaeger v2 turns each OTLP span into its own model: the span kind becomes the tag ``span.kind`` (``client``,
+``server``, ``internal``, …), the status ``otel.status_code`` (``OK`` / ``ERROR``, with ``error=true``), the
+parent a ``CHILD_OF`` reference, each link a ``FOLLOWS_FROM`` reference, each event a log whose field ``event``
+is the event's name, and the resource's ``service.name`` the span's process. ``problems`` lists every
+difference between a span sent (as the tee kept it) and the span Jaeger returns.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from otlp_tee import TeeSpan
+
+KIND_TAG = {"CLIENT": "client", "SERVER": "server", "INTERNAL": "internal", "PRODUCER": "producer", "CONSUMER": "consumer"}
+
+
+def tags(items: list[dict[str, Any]] | None) -> dict[str, Any]:
+    return {t["key"]: t["value"] for t in items or []}
+
+
+def same_value(sent: Any, shown: Any) -> bool:
+    """An attribute's value as Jaeger shows it: scalars as they are, arrays and maps as JSON text."""
+    if isinstance(sent, (list, dict)):
+        try:
+            return bool(json.loads(shown) == sent)
+        except (TypeError, ValueError):
+            return False
+    if isinstance(sent, float) and isinstance(shown, (int, float)):
+        return float(shown) == sent
+    return bool(sent == shown)
+
+
+def span_problems(sent: TeeSpan, shown: dict[str, Any], service: str) -> list[str]:
+    where = f"{sent.name} ({sent.span_id})"
+    problems = []
+    if shown["operationName"] != sent.name:
+        problems.append(f"{where}: operation {shown['operationName']!r}")
+    if shown["traceID"].rjust(32, "0") != sent.trace_id:
+        problems.append(f"{where}: trace {shown['traceID']}")
+    shown_tags = tags(shown.get("tags"))
+    if shown_tags.get("span.kind") != KIND_TAG.get(sent.kind):
+        problems.append(f"{where}: span.kind {shown_tags.get('span.kind')!r}, sent {sent.kind}")
+    status = shown_tags.get("otel.status_code", "UNSET")
+    if status != sent.status or (sent.status == "ERROR") != (shown_tags.get("error") is True):
+        problems.append(f"{where}: status {status!r} error={shown_tags.get('error')!r}, sent {sent.status}")
+    differing = {k: (v, shown_tags.get(k)) for k, v in sent.attributes.items() if not same_value(v, shown_tags.get(k))}
+    if differing:
+        problems.append(f"{where}: attributes sent/shown {differing}")
+    refs = shown.get("references") or []
+    parents = [r["spanID"] for r in refs if r["refType"] == "CHILD_OF"]
+    if parents != ([sent.parent_id] if sent.parent_id else []):
+        problems.append(f"{where}: CHILD_OF {parents}, parent sent {sent.parent_id}")
+    links = [(r["traceID"].rjust(32, "0"), r["spanID"]) for r in refs if r["refType"] == "FOLLOWS_FROM"]
+    if links != sent.links:
+        problems.append(f"{where}: FOLLOWS_FROM {links}, links sent {sent.links}")
+    logs = [tags(log.get("fields")) for log in shown.get("logs") or []]
+    expected_logs = [{"event": name, **attrs} for name, attrs in zip(sent.events, sent.event_attributes)]
+    if [log.get("event") for log in logs] != sent.events or any(
+        not all(same_value(v, log.get(k)) for k, v in want.items()) for want, log in zip(expected_logs, logs)
+    ):
+        problems.append(f"{where}: logs {logs}, events sent {expected_logs}")
+    if service != sent.resource.get("service.name"):
+        problems.append(f"{where}: service {service!r}, resource {sent.resource.get('service.name')!r}")
+    if shown.get("warnings"):
+        problems.append(f"{where}: warnings {shown['warnings']}")
+    return problems
+
+
+def trace_problems(trace: dict[str, Any], sent: list[TeeSpan]) -> list[str]:
+    """Every span sent in this trace is in it once and as sent; nothing else is; no warnings."""
+    problems = [f"trace warnings: {trace['warnings']}"] if trace.get("warnings") else []
+    processes = {pid: p["serviceName"] for pid, p in trace["processes"].items()}
+    shown: dict[str, list[dict[str, Any]]] = {}
+    for span in trace["spans"]:
+        shown.setdefault(span["spanID"], []).append(span)
+    sent_ids = {s.span_id for s in sent}
+    if len(sent_ids) != len(sent):
+        problems.append("the same span id was sent twice")
+    extra = set(shown) - sent_ids
+    if extra:
+        problems.append(f"spans in Jaeger that were not sent: {sorted(extra)}")
+    for span in sent:
+        copies = shown.get(span.span_id, [])
+        if len(copies) != 1:
+            problems.append(f"{span.name} ({span.span_id}) is in Jaeger {len(copies)} times")
+            continue
+        problems += span_problems(span, copies[0], processes[copies[0]["processID"]])
+    return problems
