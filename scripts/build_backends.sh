@@ -43,6 +43,10 @@ for name in "${names[@]}"; do
     else
         echo "$name $version: building ${PACKAGE[$name]} (go $(go env GOVERSION), nice -n 10)" >&2
         t=$SECONDS
+        # Older builds of this version (other module files) go: only the current one is kept.
+        for old in "$cache/$name-$version-"*; do
+            [ "$old" = "$(dirname "$out")" ] || rm -rf "$old"
+        done
         mkdir -p "$(dirname "$out")"
         (cd "$module" && nice -n 10 go build -trimpath -o "$out.partial" "${PACKAGE[$name]}")
         mv "$out.partial" "$out"

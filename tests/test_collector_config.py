@@ -488,7 +488,7 @@ def test_compose_images_are_the_tested_versions(compose: dict[str, Any]) -> None
         go_mod = (ROOT / "tests" / "backends" / folder / "go.mod").read_text(encoding="utf-8")
         (version,) = re.findall(rf"^\s*(?:require )?{re.escape(module)} (v[0-9.]+)", go_mod, re.MULTILINE)
         if folder == "prometheus":  # module v0.3xx.y is Prometheus 3.xx.y
-            major, minor, patch = version[1:].split(".")
+            _major, minor, patch = version[1:].split(".")
             expected = f"v3.{int(minor) - 300}.{patch}"
         else:
             expected = tags.get(version, version.removeprefix("v"))
@@ -614,5 +614,7 @@ def test_checks_catch_unbound_and_clashing_addresses(jaeger: dict[str, Any], col
     del broken["extensions"]["jaeger_query"]["enable_tracing"]
     assert any("enable_tracing" in p for p in jaeger_problems(broken, collector))
     script = (CONFIG_DIR / "run-local.sh").read_text(encoding="utf-8")
-    assert any("Tempo" in p for p in run_local_problems(script.replace("[otlp/jaeger, debug]", "[otlp/jaeger]"), jaeger))
+    assert any(
+        "Tempo" in p for p in run_local_problems(script.replace("[otlp/jaeger, debug]", "[otlp/jaeger]"), jaeger)
+    )
     assert run_local_problems(script.replace("127.0.0.1:14317", "127.0.0.1:4317"), jaeger)

@@ -121,7 +121,15 @@ def run_zero_code(stack: Stack, attachment: Path) -> Case:
             OTEL_SERVICE_NAME="acp-example-client",
         )
         done = subprocess.run(
-            [OTEL_INSTRUMENT, sys.executable, str(EXAMPLES / "client.py"), "--prompt", PROMPT, "--file", str(attachment)],
+            [
+                OTEL_INSTRUMENT,
+                sys.executable,
+                str(EXAMPLES / "client.py"),
+                "--prompt",
+                PROMPT,
+                "--file",
+                str(attachment),
+            ],
             env=env,
             cwd=str(ROOT),
             capture_output=True,
@@ -280,7 +288,15 @@ def documented_metrics() -> dict[str, tuple[str, set[str]]]:
 
 # Labels Prometheus adds itself: the series' job and instance (service.name / service.instance.id), the
 # histogram bucket, the instrumentation scope.
-PROMETHEUS_LABELS = {"__name__", "job", "instance", "le", "otel_scope_name", "otel_scope_version", "otel_scope_schema_url"}
+PROMETHEUS_LABELS = {
+    "__name__",
+    "job",
+    "instance",
+    "le",
+    "otel_scope_name",
+    "otel_scope_version",
+    "otel_scope_schema_url",
+}
 # Documented labels that are only there sometimes (on failures; a tool call nothing names).
 OPTIONAL_LABELS = {"error_type", "gen_ai_tool_name"}
 # Recorded only when an agent reports a cost, which the example agent does not.

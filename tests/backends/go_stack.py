@@ -143,7 +143,7 @@ class Stack:
 
     # ------------------------------------------------------------------ life cycle
     def _start(self, name: str, args: list[str], env: dict[str, str] | None = None) -> None:
-        log = open(self._dir / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
+        log = open(self._dir / f"{name}.log", "wb")
         self._procs[name] = subprocess.Popen(
             args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=str(self._dir)
         )
@@ -158,9 +158,10 @@ class Stack:
             try:
                 http_get(url, timeout=2)
                 return
-            except (urllib.error.URLError, OSError):
+            except (urllib.error.URLError, OSError) as exc:
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"{name} did not answer {url} within {timeout:g} s:\n{self.log(name)[-4000:]}")
+                    late = f"{name} did not answer {url} within {timeout:g} s:\n{self.log(name)[-4000:]}"
+                    raise RuntimeError(late) from exc
                 time.sleep(0.2)
 
     def __enter__(self) -> Stack:
@@ -180,7 +181,9 @@ class Stack:
                     ],
                 )
             env.update(collector_env(self.ports))
-            self._start("otelcol", [str(self.bins["otelcol"]), f"--config={COLLECTOR_CONFIG}", f"--config={NO_TEMPO}"], env)
+            self._start(
+                "otelcol", [str(self.bins["otelcol"]), f"--config={COLLECTOR_CONFIG}", f"--config={NO_TEMPO}"], env
+            )
             self._wait_ready("jaeger", f"{self.query_url}/api/services")
             self._wait_ready("jaeger", f"http://{LOOPBACK}:{self.ports.jaeger_health}/status")
             if self.with_prometheus:

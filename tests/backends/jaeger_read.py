@@ -14,7 +14,13 @@ from typing import Any
 
 from otlp_tee import TeeSpan
 
-KIND_TAG = {"CLIENT": "client", "SERVER": "server", "INTERNAL": "internal", "PRODUCER": "producer", "CONSUMER": "consumer"}
+KIND_TAG = {
+    "CLIENT": "client",
+    "SERVER": "server",
+    "INTERNAL": "internal",
+    "PRODUCER": "producer",
+    "CONSUMER": "consumer",
+}
 
 
 def tags(items: list[dict[str, Any]] | None) -> dict[str, Any]:
@@ -57,9 +63,10 @@ def span_problems(sent: TeeSpan, shown: dict[str, Any], service: str) -> list[st
     if links != sent.links:
         problems.append(f"{where}: FOLLOWS_FROM {links}, links sent {sent.links}")
     logs = [tags(log.get("fields")) for log in shown.get("logs") or []]
-    expected_logs = [{"event": name, **attrs} for name, attrs in zip(sent.events, sent.event_attributes)]
+    expected_logs = [{"event": name, **attrs} for name, attrs in zip(sent.events, sent.event_attributes, strict=True)]
     if [log.get("event") for log in logs] != sent.events or any(
-        not all(same_value(v, log.get(k)) for k, v in want.items()) for want, log in zip(expected_logs, logs)
+        not all(same_value(v, log.get(k)) for k, v in want.items())
+        for want, log in zip(expected_logs, logs, strict=False)
     ):
         problems.append(f"{where}: logs {logs}, events sent {expected_logs}")
     if service != sent.resource.get("service.name"):

@@ -81,9 +81,7 @@ class TeeStore:
                             events=[e.name for e in span.events],
                             resource=resource,
                             links=[(link.trace_id.hex(), link.span_id.hex()) for link in span.links],
-                            event_attributes=[
-                                {kv.key: _value(kv.value) for kv in e.attributes} for e in span.events
-                            ],
+                            event_attributes=[{kv.key: _value(kv.value) for kv in e.attributes} for e in span.events],
                         )
                     )
         with self._lock:

@@ -51,27 +51,29 @@ func components() (otelcol.Factories, error) {
 		return otelcol.Factories{}, err
 	}
 
-	factories.ReceiverModules = modules(factories.Receivers, "receiver/")
-	factories.ProcessorModules = modules(factories.Processors, "processor/")
-	factories.ExporterModules = modules(factories.Exporters, "exporter/")
+	factories.ReceiverModules = modules(factories.Receivers, map[component.Type]string{
+		otlpreceiver.NewFactory().Type(): "receiver/otlpreceiver",
+	})
+	factories.ProcessorModules = modules(factories.Processors, map[component.Type]string{
+		memorylimiterprocessor.NewFactory().Type(): "processor/memorylimiterprocessor",
+		batchprocessor.NewFactory().Type():         "processor/batchprocessor",
+	})
+	factories.ExporterModules = modules(factories.Exporters, map[component.Type]string{
+		otlpexporter.NewFactory().Type():     "exporter/otlpexporter",
+		otlphttpexporter.NewFactory().Type(): "exporter/otlphttpexporter",
+		debugexporter.NewFactory().Type():    "exporter/debugexporter",
+	})
 	factories.ExtensionModules = map[component.Type]string{}
 	factories.ConnectorModules = map[component.Type]string{}
 	return factories, nil
 }
 
-// modules names each component's Go module as `otelcol components` prints it: the core module of that kind
-// (otlp -> receiver/otlpreceiver, memory_limiter -> processor/memorylimiterprocessor) at the release.
-func modules[T component.Factory](factories map[component.Type]T, kind string) map[component.Type]string {
-	suffix := kind[:len(kind)-1]
+// modules names each component's Go module as `otelcol components` prints it, for every type the factory map
+// holds (a factory's deprecated alias too: otlp for otlp_grpc, otlphttp for otlp_http).
+func modules[T component.Factory](factories map[component.Type]T, paths map[component.Type]string) map[component.Type]string {
 	out := make(map[component.Type]string, len(factories))
-	for typ := range factories {
-		name := ""
-		for _, r := range typ.String() {
-			if r != '_' {
-				name += string(r)
-			}
-		}
-		out[typ] = "go.opentelemetry.io/collector/" + kind + name + suffix + " " + release
+	for typ, factory := range factories {
+		out[typ] = "go.opentelemetry.io/collector/" + paths[factory.Type()] + " " + release
 	}
 	return out
 }
