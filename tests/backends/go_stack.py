@@ -180,14 +180,15 @@ class Stack:
                         "--web.enable-otlp-receiver",
                     ],
                 )
-            env.update(collector_env(self.ports))
-            self._start(
-                "otelcol", [str(self.bins["otelcol"]), f"--config={COLLECTOR_CONFIG}", f"--config={NO_TEMPO}"], env
-            )
             self._wait_ready("jaeger", f"{self.query_url}/api/services")
             self._wait_ready("jaeger", f"http://{LOOPBACK}:{self.ports.jaeger_health}/status")
             if self.with_prometheus:
                 self._wait_ready("prometheus", f"{self.prometheus_url}/-/ready")
+            # The Collector last, once what it exports to answers.
+            env.update(collector_env(self.ports))
+            self._start(
+                "otelcol", [str(self.bins["otelcol"]), f"--config={COLLECTOR_CONFIG}", f"--config={NO_TEMPO}"], env
+            )
             self._wait_ready("otelcol", self.collector_metrics_url)
         except BaseException:
             self.__exit__()
@@ -232,13 +233,15 @@ class Stack:
         return found
 
     def collector_counters(self) -> dict[str, float]:
-        """The Collector's own counters (its internal metrics endpoint): ``name{labels}`` -> value."""
+        """The Collector's own counters (its internal metrics endpoint): ``name{labels}`` -> value, the name
+        without a ``_total`` suffix (v0.165 writes its counters without one)."""
         text = http_get(self.collector_metrics_url).decode()
         out = {}
         for line in text.splitlines():
             if line and not line.startswith("#"):
                 key, _, value = line.rpartition(" ")
-                out[key] = float(value)
+                name, brace, labels = key.partition("{")
+                out[name.removesuffix("_total") + brace + labels] = float(value)
         return out
 
     def trace(self, trace_id: str) -> dict[str, Any] | None:
