@@ -11,11 +11,18 @@
 # $PROMETHEUS_BIN (prometheus). The Collector needs the components otel-collector.yaml uses: receiver otlp,
 # processors memory_limiter and batch, exporters otlp, otlphttp and debug (the contrib and core releases have them).
 # Ports: the Collector takes OTLP on 4317 (gRPC) and 4318 (HTTP), its own metrics on 8888; Jaeger's UI and API on
-# 16686, its OTLP receiver on 14317 (the Collector forwards there); Prometheus on 9090.
+# 16686, its OTLP receiver on 14317 (the Collector forwards there); Prometheus on 9090. Each can be moved with the
+# variable named below (OTLP_GRPC_PORT, ...; Jaeger's are those of jaeger.yaml: JAEGER_QUERY_HTTP_PORT, ...).
 # Logs, pids and Prometheus' data: $ACP_OTEL_STACK_DIR (default ${TMPDIR:-/tmp}/acp-otel-stack).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 state="${ACP_OTEL_STACK_DIR:-${TMPDIR:-/tmp}/acp-otel-stack}"
+otlp_grpc="${OTLP_GRPC_PORT:-4317}"
+otlp_http="${OTLP_HTTP_PORT:-4318}"
+collector_metrics="${COLLECTOR_METRICS_PORT:-8888}"
+prometheus_port="${PROMETHEUS_PORT:-9090}"
+jaeger_query="${JAEGER_QUERY_HTTP_PORT:-16686}"
+jaeger_otlp="${JAEGER_OTLP_GRPC_PORT:-14317}"
 
 find_bin() { # variable default...
     local chosen="${!1:-}" name
@@ -66,18 +73,22 @@ start() {
     prometheus="$(find_bin PROMETHEUS_BIN prometheus)"
     mkdir -p "$state"
     start_one jaeger "$jaeger" --config="$here/jaeger.yaml"
-    start_one prometheus "$prometheus" --config.file="$here/prometheus.yml" \
-        --storage.tsdb.path="$state/prometheus-data" --web.listen-address=127.0.0.1:9090 --web.enable-otlp-receiver
-    OTELCOL_OTLP_GRPC_ENDPOINT=127.0.0.1:4317 OTELCOL_OTLP_HTTP_ENDPOINT=127.0.0.1:4318 \
-        OTELCOL_METRICS_HOST=127.0.0.1 OTELCOL_METRICS_PORT=8888 \
-        JAEGER_OTLP_GRPC_ENDPOINT=127.0.0.1:14317 PROMETHEUS_OTLP_ENDPOINT=http://127.0.0.1:9090/api/v1/otlp \
+    start_one prometheus "$prometheus" --config.file="$here/prometheus.yml" --storage.tsdb.path="$state/prometheus-data" \
+        --web.listen-address="127.0.0.1:$prometheus_port" --web.enable-otlp-receiver
+    wait_for jaeger "http://127.0.0.1:$jaeger_query/api/services"
+    wait_for prometheus "http://127.0.0.1:$prometheus_port/-/ready"
+    # The Collector last, once what it exports to answers; Tempo is left out of its traces pipeline.
+    OTELCOL_OTLP_GRPC_ENDPOINT="127.0.0.1:$otlp_grpc" OTELCOL_OTLP_HTTP_ENDPOINT="127.0.0.1:$otlp_http" \
+        OTELCOL_METRICS_HOST=127.0.0.1 OTELCOL_METRICS_PORT="$collector_metrics" \
+        JAEGER_OTLP_GRPC_ENDPOINT="127.0.0.1:$jaeger_otlp" \
+        PROMETHEUS_OTLP_ENDPOINT="http://127.0.0.1:$prometheus_port/api/v1/otlp" \
         start_one otelcol "$otelcol" --config="$here/otel-collector.yaml" \
         "--config=yaml:service::pipelines::traces::exporters: [otlp/jaeger, debug]"
-    wait_for jaeger http://127.0.0.1:16686/api/services
-    wait_for prometheus http://127.0.0.1:9090/-/ready
-    wait_for otelcol http://127.0.0.1:8888/metrics
-    echo "send OTLP to the Collector: OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318 (HTTP) or :4317 (gRPC)"
-    echo "Jaeger's API: http://127.0.0.1:16686/api/services; Prometheus: http://127.0.0.1:9090; logs in $state"
+    wait_for otelcol "http://127.0.0.1:$collector_metrics/metrics"
+    echo "send OTLP to the Collector: OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:$otlp_http (HTTP)" \
+        "or http://127.0.0.1:$otlp_grpc (gRPC)"
+    echo "Jaeger's API: http://127.0.0.1:$jaeger_query/api/services; Prometheus: http://127.0.0.1:$prometheus_port;" \
+        "logs in $state"
 }
 
 stop() {

@@ -451,13 +451,15 @@ COMPOSE_HOSTS = {"jaeger", "tempo", "prometheus"}
 def run_local_problems(script: str, jaeger: dict[str, Any]) -> list[str]:
     """run-local.sh sends the Collector's traces to Jaeger's OTLP port and leaves Tempo out of the pipeline."""
     problems = []
-    grpc = jaeger["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"]
-    if f"JAEGER_OTLP_GRPC_ENDPOINT={grpc}" not in script:
-        problems.append(f"run-local.sh does not point the Collector at Jaeger's OTLP receiver {grpc}")
+    grpc = host_port(jaeger["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"])[1]
+    if f'jaeger_otlp="${{JAEGER_OTLP_GRPC_PORT:-{grpc}}}"' not in script:
+        problems.append(f"run-local.sh's default for Jaeger's OTLP port is not jaeger.yaml's {grpc}")
+    if 'JAEGER_OTLP_GRPC_ENDPOINT="127.0.0.1:$jaeger_otlp"' not in script:
+        problems.append("run-local.sh does not point the Collector at Jaeger's OTLP receiver")
     if "traces::exporters: [otlp/jaeger, debug]" not in script:
         problems.append("run-local.sh keeps the Tempo exporter in the traces pipeline")
-    query = jaeger["extensions"]["jaeger_query"]["http"]["endpoint"]
-    if f"http://{query}/api/services" not in script:
+    query = host_port(jaeger["extensions"]["jaeger_query"]["http"]["endpoint"])[1]
+    if f'jaeger_query="${{JAEGER_QUERY_HTTP_PORT:-{query}}}"' not in script:
         problems.append(f"run-local.sh does not wait for Jaeger's query API on {query}")
     return problems
 
@@ -617,4 +619,4 @@ def test_checks_catch_unbound_and_clashing_addresses(jaeger: dict[str, Any], col
     assert any(
         "Tempo" in p for p in run_local_problems(script.replace("[otlp/jaeger, debug]", "[otlp/jaeger]"), jaeger)
     )
-    assert run_local_problems(script.replace("127.0.0.1:14317", "127.0.0.1:4317"), jaeger)
+    assert run_local_problems(script.replace("JAEGER_OTLP_GRPC_PORT:-14317", "JAEGER_OTLP_GRPC_PORT:-4317"), jaeger)
