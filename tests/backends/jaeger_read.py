@@ -3,7 +3,8 @@
 Jaeger v2 turns each OTLP span into its own model: the span kind becomes the tag ``span.kind`` (``client``,
 ``server``, ``internal``, …), the status ``otel.status_code`` (``OK`` / ``ERROR``, with ``error=true``), the
 parent a ``CHILD_OF`` reference, each link a ``FOLLOWS_FROM`` reference, each event a log whose field ``event``
-is the event's name, and the resource's ``service.name`` the span's process. ``problems`` lists every
+is the event's name, and the resource's ``service.name`` the span's process. Jaeger's own ``warnings`` (clock
+skew, unknown parents, duplicate span ids) are read by the test itself. ``problems`` lists every
 difference between a span sent (as the tee kept it) and the span Jaeger returns.
 """
 
@@ -71,14 +72,12 @@ def span_problems(sent: TeeSpan, shown: dict[str, Any], service: str) -> list[st
         problems.append(f"{where}: logs {logs}, events sent {expected_logs}")
     if service != sent.resource.get("service.name"):
         problems.append(f"{where}: service {service!r}, resource {sent.resource.get('service.name')!r}")
-    if shown.get("warnings"):
-        problems.append(f"{where}: warnings {shown['warnings']}")
     return problems
 
 
 def trace_problems(trace: dict[str, Any], sent: list[TeeSpan]) -> list[str]:
-    """Every span sent in this trace is in it once and as sent; nothing else is; no warnings."""
-    problems = [f"trace warnings: {trace['warnings']}"] if trace.get("warnings") else []
+    """Every span sent in this trace is in it once and as sent; nothing else is (warnings aside)."""
+    problems = []
     processes = {pid: p["serviceName"] for pid, p in trace["processes"].items()}
     shown: dict[str, list[dict[str, Any]]] = {}
     for span in trace["spans"]:
