@@ -12,7 +12,9 @@ kept, and Prometheus is asked for every metric docs/metrics.md lists, by the nam
 * ``acp-otel demo`` (OTLP/HTTP);
 * ``acp-otel proxy`` in front of ``examples/agent.py``, driven by an SDK client (OTLP/HTTP, metrics on);
 * zero-code: ``opentelemetry-instrument python examples/client.py``, which spawns the example agent traced too
-  (OTLP/gRPC, the distro's default, metrics on).
+  (OTLP/gRPC, the distro's default, metrics on);
+* ``acp-otel proxy`` in front of the tests' usage agent (``tests/peers/trace_agent.py usage``), which reports a
+  turn's cost: the one metric the example agent does not produce.
 """
 
 from __future__ import annotations
@@ -44,7 +46,10 @@ ACP_OTEL = str(BIN / "acp-otel")
 OTEL_INSTRUMENT = str(BIN / "opentelemetry-instrument")
 METRICS_DOC = ROOT / "docs" / "metrics.md"
 TURN, TOOL = "invoke_agent", "execute_tool"
-CASES = ["demo", "proxy", "zero-code"]
+CASES = ["demo", "proxy", "zero-code", "usage"]
+# The example agent's turn makes three tool calls; the tests' usage agent none (it reports a cost instead).
+TOOL_CALLS = {"demo": 3, "proxy": 3, "zero-code": 3, "usage": 0}
+COST = "cost=0.25 currency=EUR in=100"
 
 
 @dataclass
@@ -145,6 +150,31 @@ def run_zero_code(stack: Stack, attachment: Path) -> Case:
     return Case("zero-code", tee.snapshot(), done.stderr)
 
 
+def run_usage(stack: Stack) -> Case:
+    sys.path[:0] = [str(ROOT / "tests" / "support"), str(ROOT / "tests" / "proxy_peers")]
+    from acp_app import initialize, open_session, prompt
+    from harness import PY_AGENT, proxied_client
+
+    async def turn(env: dict[str, str]) -> Any:
+        async with proxied_client([*PY_AGENT, "usage"], env) as run:
+            await initialize(run.conn)
+            session_id = await open_session(run.conn)
+            result = await prompt(run.conn, session_id, COST)
+            assert result.stop_reason == "end_turn"
+        return run
+
+    with HttpTee(f"{stack.collector_http}/v1/traces") as tee:
+        env = _env(
+            OTEL_EXPORTER_OTLP_ENDPOINT=tee.endpoint,
+            OTEL_METRICS_EXPORTER="otlp",
+            OTEL_EXPORTER_OTLP_METRICS_ENDPOINT=f"{stack.collector_http}/v1/metrics",
+        )
+        run = asyncio.run(turn(env))
+    assert run.returncode == 0, run.stderr
+    assert tee.errors == [], tee.errors
+    return Case("usage", tee.snapshot(), run.stderr)
+
+
 def wait_for_jaeger(stack: Stack, case: Case, timeout: float = 60.0) -> dict[str, dict[str, Any]]:
     """Jaeger's view of each trace the case sent, once it holds at least as many spans as were sent."""
     deadline = time.monotonic() + timeout
@@ -173,8 +203,10 @@ def runs(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> dict[str, tu
             case = run_demo(stack)
         elif name == "proxy":
             case = run_proxy(stack, attachment)
-        else:
+        elif name == "zero-code":
             case = run_zero_code(stack, attachment)
+        else:
+            case = run_usage(stack)
         assert case.sent, f"{name}: nothing was exported"
         out[name] = (case, wait_for_jaeger(stack, case))
         print(f"\n{name}: {len(case.sent)} spans, in Jaeger after {time.monotonic() - started:.1f} s")
@@ -217,7 +249,7 @@ def test_one_trace_per_turn(runs: dict[str, Any], name: str) -> None:
     case, shown = runs[name]
     turns = [s for s in case.sent if s.attributes.get("gen_ai.operation.name") == TURN]
     tools = [s for s in case.sent if s.attributes.get("gen_ai.operation.name") == TOOL]
-    assert turns and len(tools) == 3, [s.name for s in case.sent]
+    assert turns and len(tools) == TOOL_CALLS[name], [s.name for s in case.sent]
     (trace_id,) = {s.trace_id for s in turns + tools}
     held = {s["spanID"] for s in shown[trace_id]["spans"]}
     assert {s.span_id for s in turns + tools} <= held
@@ -253,9 +285,10 @@ def test_services_and_operations(stack: Stack, runs: dict[str, Any], name: str) 
 
 
 def test_exit_lines_say_no_loss(runs: dict[str, Any]) -> None:
-    demo, proxy = runs["demo"][0], runs["proxy"][0]
+    demo = runs["demo"][0]
     assert "trace id: " in demo.output and "warning" not in demo.output.lower(), demo.output
-    assert "acp-otel proxy:" not in proxy.output, proxy.output  # its exit line appears only on a loss
+    for proxied in (runs["proxy"][0], runs["usage"][0]):
+        assert "acp-otel proxy:" not in proxied.output, proxied.output  # its exit line appears only on a loss
 
 
 def test_collector_refused_and_dropped_nothing(stack: Stack, runs: dict[str, Any]) -> None:
@@ -316,13 +349,11 @@ PROMETHEUS_LABELS = {
 }
 # Documented labels that are only there sometimes (on failures; a tool call nothing names).
 OPTIONAL_LABELS = {"error_type", "gen_ai_tool_name"}
-# Recorded only when an agent reports a cost, which the example agent does not.
-NOT_IN_THESE_CASES = {"acp.turn.usage.cost"}
 
 
 def test_every_documented_metric_in_prometheus(stack: Stack, runs: dict[str, Any]) -> None:
     metrics = documented_metrics()
-    expected = {otel: v for otel, v in metrics.items() if otel not in NOT_IN_THESE_CASES}
+    expected = metrics
     deadline = time.monotonic() + 60
     while True:
         series = {otel: stack.prometheus_series(_series(name)) for otel, (name, _) in expected.items()}
