@@ -291,22 +291,30 @@ def test_exit_lines_say_no_loss(runs: dict[str, Any]) -> None:
         assert "acp-otel proxy:" not in proxied.output, proxied.output  # its exit line appears only on a loss
 
 
+def _total(counters: dict[str, float], name: str, **labels: str) -> float:
+    return sum(
+        v
+        for k, v in counters.items()
+        if k.split("{")[0] == name and all(f'{key}="{val}"' in k for key, val in labels.items())
+    )
+
+
 def test_collector_refused_and_dropped_nothing(stack: Stack, runs: dict[str, Any]) -> None:
-    """The Collector's own counters: every span accepted and sent to Jaeger, none refused, dropped or failed."""
+    """The Collector's and Jaeger's own counters: every span accepted, sent to Jaeger once (by the one exporter
+    to it) and taken by Jaeger once; none refused, dropped or failed."""
     sent = sum(len(case.sent) for case, _ in runs.values())
-    counters = stack.collector_counters()
-
-    def total(prefix: str, **labels: str) -> float:
-        return sum(
-            v
-            for k, v in counters.items()
-            if k.split("{")[0] == prefix and all(f'{key}="{val}"' in k for key, val in labels.items())
-        )
-
-    assert total("otelcol_receiver_accepted_spans") == sent, counters
-    assert total("otelcol_exporter_sent_spans", exporter="otlp/jaeger") == sent, counters
-    bad = {k: v for k, v in counters.items() if re.search(r"refused|dropped|failed", k.split("{")[0]) and v}
-    assert bad == {}
+    collector, jaeger = stack.collector_counters(), stack.jaeger_counters()
+    assert _total(collector, "otelcol_receiver_accepted_spans") == sent, collector
+    exporters = {
+        re.search(r'exporter="([^"]+)"', k).group(1): v  # type: ignore[union-attr]
+        for k, v in collector.items()
+        if k.startswith("otelcol_exporter_sent_spans{")
+    }
+    assert {e: v for e, v in exporters.items() if e != "debug"} == {"otlp/jaeger": sent}, exporters
+    assert _total(jaeger, "otelcol_receiver_accepted_spans") == sent, jaeger
+    for counters in (collector, jaeger):
+        bad = {k: v for k, v in counters.items() if re.search(r"refused|dropped|failed", k.split("{")[0]) and v}
+        assert bad == {}
 
 
 # ---------------------------------------------------------------------------------------------- Prometheus

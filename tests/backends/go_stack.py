@@ -233,16 +233,12 @@ class Stack:
         return found
 
     def collector_counters(self) -> dict[str, float]:
-        """The Collector's own counters (its internal metrics endpoint): ``name{labels}`` -> value, the name
-        without a ``_total`` suffix (v0.165 writes its counters without one)."""
-        text = http_get(self.collector_metrics_url).decode()
-        out = {}
-        for line in text.splitlines():
-            if line and not line.startswith("#"):
-                key, _, value = line.rpartition(" ")
-                name, brace, labels = key.partition("{")
-                out[name.removesuffix("_total") + brace + labels] = float(value)
-        return out
+        """The Collector's own counters (its internal metrics endpoint)."""
+        return counters(self.collector_metrics_url)
+
+    def jaeger_counters(self) -> dict[str, float]:
+        """Jaeger's own counters (it is a Collector distribution: the same names)."""
+        return counters(f"http://{LOOPBACK}:{self.ports.jaeger_metrics}/metrics")
 
     def trace(self, trace_id: str) -> dict[str, Any] | None:
         """Jaeger's ``/api/traces/{id}`` (the JSON its UI renders), or None while it has no such trace."""
@@ -258,6 +254,18 @@ class Stack:
     def prometheus_series(self, name: str) -> list[dict[str, str]]:
         query = urllib.parse.urlencode({"match[]": f'{{__name__="{name}"}}'})
         return list(http_json(f"{self.prometheus_url}/api/v1/series?{query}")["data"])
+
+
+def counters(url: str) -> dict[str, float]:
+    """A Collector's internal metrics (Prometheus text): ``name{labels}`` -> value, each name without a ``_total``
+    suffix (v0.165 writes its counters without one, Jaeger's v0.139 with it)."""
+    out = {}
+    for line in http_get(url).decode().splitlines():
+        if line and not line.startswith("#"):
+            key, _, value = line.rpartition(" ")
+            name, brace, labels = key.partition("{")
+            out[name.removesuffix("_total") + brace + labels] = float(value)
+    return out
 
 
 def _address(hex_address: str, width: int) -> str:
