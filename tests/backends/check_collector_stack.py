@@ -230,13 +230,16 @@ def test_every_span_in_jaeger_once_as_sent(runs: dict[str, Any], name: str) -> N
     assert problems == []
 
 
-@pytest.mark.xfail(
-    reason="Jaeger (its /api/traces, what the UI renders) warns 'clock skew adjustment disabled' on a span that does"
-    " not fit inside its parent: the proxy's span of a notification the agent sends just before its response ends"
-    " microseconds after the turn span (docs/backends.md, Jaeger)",
-    strict=False,
+# Jaeger (its /api/traces, what the UI renders) warns "clock skew adjustment disabled" on a span that does not fit
+# inside its parent: the proxy's span of a notification the agent sends just before its response ends microseconds
+# after the turn span (every proxy run); zero-code, the editor's handling of such a notification can outlast the
+# agent's sending span (some runs). See docs/backends.md, Jaeger. The usage agent's turn has no such notification.
+SKEW = pytest.mark.xfail(reason="a notification's span outlasts its parent: Jaeger warns of clock skew", strict=False)
+
+
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=SKEW) if n in ("demo", "proxy", "zero-code") else n for n in CASES]
 )
-@pytest.mark.parametrize("name", CASES)
 def test_no_warnings_on_any_trace(runs: dict[str, Any], name: str) -> None:
     _case, shown = runs[name]
     warned = [(t.get("warnings"), s["operationName"], s["warnings"]) for t in shown.values() for s in t["spans"]]
