@@ -196,10 +196,10 @@ class Stack:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        for proc in self._procs.values():
+        # The Collector first (it flushes to the others), then Prometheus and Jaeger.
+        for proc in reversed(list(self._procs.values())):
             if proc.poll() is None:
                 proc.terminate()
-        for proc in self._procs.values():
             try:
                 proc.wait(15)
             except subprocess.TimeoutExpired:
