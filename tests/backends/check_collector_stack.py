@@ -342,13 +342,13 @@ def documented_metrics() -> dict[str, tuple[str, set[str]]]:
             attributes[name] = labels
         previous = labels
     prometheus = text.split("## In Prometheus", 1)[1].split("\n## ", 1)[0]
-    names = dict(re.findall(r"^\| `([a-z_.]+)` \| `([a-z_]+)` \|", prometheus, re.MULTILINE))
-    assert set(names) == set(attributes), "docs/metrics.md: every instrument has its Prometheus name"
-    return {otel: (names[otel], {a.replace(".", "_") for a in labels}) for otel, labels in attributes.items()}
+    translated = dict(re.findall(r"^\| `([a-z_.]+)` \| `([a-z_]+)` \|", prometheus, re.MULTILINE))
+    assert set(translated) == set(attributes), "docs/metrics.md: every instrument has its Prometheus name"
+    return {otel: (translated[otel], {a.replace(".", "_") for a in labels}) for otel, labels in attributes.items()}
 
 
 # Labels Prometheus adds itself: the series' job and instance (service.name / service.instance.id), the
-# histogram bucket, the instrumentation scope.
+# histogram bucket, the instrumentation scope (not seen with Prometheus 3.16's defaults, allowed all the same).
 PROMETHEUS_LABELS = {
     "__name__",
     "job",
