@@ -259,6 +259,11 @@ def backends(session: nox.Session) -> None:
     _pip_install(session, _package("[test]"), f"agent-client-protocol=={LATEST}")
     # Built (or found in the cache) before the tests, so that the build's time is printed on its own.
     session.run("bash", "scripts/build_backends.sh", external=True)
+    # Qwen Code, for the --agent-telemetry case, installed from the lock file as the real_agents session does.
+    root = os.getcwd()
+    session.chdir("tests/real_agents")
+    session.run("npm", "install", "--no-save", "--no-audit", "--no-fund", "--loglevel=error", external=True)
+    session.chdir(root)
     session.run(
         "pytest", "-q", "-rA", "-p", "no:cacheprovider", "tests/backends/check_collector_stack.py", *session.posargs
     )

@@ -32,6 +32,12 @@ BUILD_SCRIPT = ROOT / "scripts" / "build_backends.sh"
 LOOPBACK = "127.0.0.1"
 # The traces pipeline without the Tempo exporter: the same override collector-config/run-local.sh passes.
 NO_TEMPO = "yaml:service::pipelines::traces::exporters: [otlp/jaeger, debug]"
+# A logs pipeline to the debug exporter, for the logs an agent exports through ``acp-otel proxy --agent-telemetry``
+# (collector-config has traces and metrics pipelines only).
+LOGS_TO_DEBUG = (
+    "--config=yaml:service::pipelines::logs::receivers: [otlp]",
+    "--config=yaml:service::pipelines::logs::exporters: [debug]",
+)
 
 
 class Unavailable(Exception):
@@ -187,7 +193,9 @@ class Stack:
             # The Collector last, once what it exports to answers.
             env.update(collector_env(self.ports))
             self._start(
-                "otelcol", [str(self.bins["otelcol"]), f"--config={COLLECTOR_CONFIG}", f"--config={NO_TEMPO}"], env
+                "otelcol",
+                [str(self.bins["otelcol"]), f"--config={COLLECTOR_CONFIG}", f"--config={NO_TEMPO}", *LOGS_TO_DEBUG],
+                env,
             )
             self._wait_ready("otelcol", self.collector_metrics_url)
         except BaseException:
