@@ -291,7 +291,7 @@ def test_every_span_in_jaeger_once_as_sent(runs: dict[str, Any], name: str) -> N
 
 # Jaeger (its /api/traces, what the UI renders) warns "clock skew adjustment disabled" on a span that does not fit
 # inside its parent: the proxy's span of a notification the agent sends just before its response ends microseconds
-# after the turn span (every proxy run); zero-code, the editor's handling of such a notification can outlast the
+# after the turn span (most proxy runs); zero-code, the editor's handling of such a notification can outlast the
 # agent's sending span (some runs); with --agent-telemetry, a Qwen Code model call (qwen-code.llm_request) can end
 # seconds after the span the proxy hung it under. See docs/backends.md, Jaeger. The usage agent's turn has none.
 SKEW = pytest.mark.xfail(reason="a span outlasts its parent: Jaeger warns of clock skew", strict=False)
