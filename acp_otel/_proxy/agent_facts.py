@@ -37,14 +37,16 @@ class AgentFacts:
         self._noted = False
 
     def note_request(self, request: Any) -> None:
-        """Tell the engine (once each) that the agent reports its tool calls / its usage, if ``request`` shows it."""
+        """Tell the engine (once each) that the agent reports its tool calls / its usage, if ``request`` shows it as
+        the conventions say (after the profile's span maps): an ``execute_tool`` span with ``gen_ai.tool.call.id``;
+        ``gen_ai.usage.*`` on a span."""
         if self._on_facts is None or (self._seen_tools and self._seen_usage):
             return
         tools = usage = False
         for span in spans(request):
             if any(kv.key.startswith(USAGE_PREFIX) for kv in span.attributes):
                 usage = True
-            if string_attribute(span, "gen_ai.operation.name") == EXECUTE_TOOL and attribute(span, self._tool_keys):
+            if is_tool_report(span):
                 tools = True
         tools, usage = tools and not self._seen_tools, usage and not self._seen_usage
         if tools or usage:

@@ -48,6 +48,7 @@ class AgentTelemetry:
         self.endpoint = f"http://127.0.0.1:{listener.getsockname()[1]}"
         self._relay_name = relay_name
         self.capture_content = capture_content
+        self.all_spans = False  # forward every span of the agent's (else only what a user reads: .span_filter)
         self._command = command
         # The turns' starts and ends, appended by the relay's threads (never blocked: a deque's append takes no
         # lock of ours) and handed to the joiner before each request it joins, and every RELEASE_EVERY_S.
@@ -55,6 +56,7 @@ class AgentTelemetry:
         self._drain_lock = threading.Lock()
         self._telemetry: Any = False  # the profile's AgentTelemetry, looked up once (False: not yet)
         self._joiner: Any = None
+        self._mapper: Any = None
         self._forwarder: Any = None
         self._receiver: Any = None
         self._signals: tuple[str, ...] = ()
@@ -97,9 +99,11 @@ class AgentTelemetry:
             from .forwarder import Forwarder, forwarded_signals
             from .joiner import Joiner
             from .receiver import Receiver
+            from .span_mapping import SpanMapper
 
-            session_keys, tool_keys = self._profile_keys()
-            joiner = Joiner(session_keys, tool_keys, self._facts)
+            session_keys, tool_keys, maps = self._profile_keys()
+            self._mapper = SpanMapper(maps)
+            joiner = Joiner(session_keys, tool_keys, self._facts, all_spans=self.all_spans)
             joiner.on_tool_span = self._tool_seen
             self._signals = forwarded_signals()
             self._forwarder = Forwarder()
@@ -116,10 +120,10 @@ class AgentTelemetry:
         finally:
             self._ready.set()
 
-    def _profile_keys(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        """The span attributes the agent's profile says carry the session id and tool call id (if it says): the
-        profile the engine settled on (``initialize``'s ``agentInfo``, by the agent's first export), else the
-        command's."""
+    def _profile_keys(self) -> tuple[tuple[str, ...], tuple[str, ...], tuple[Any, ...]]:
+        """The span attributes the agent's profile says carry the session id and tool call id (if it says), and its
+        span maps: the profile the engine settled on (``initialize``'s ``agentInfo``, by the agent's first
+        export), else the command's."""
         telemetry = self.profile_telemetry()
         try:
             profile = self._engine_profile() if self._engine_profile is not None else None
@@ -129,7 +133,11 @@ class AgentTelemetry:
                 telemetry, self._profile_name = telemetry_of(profile), profile.key
         except Exception:
             pass
-        return tuple(getattr(telemetry, "session_id_keys", ())), tuple(getattr(telemetry, "tool_call_id_keys", ()))
+        return (
+            tuple(getattr(telemetry, "session_id_keys", ())),
+            tuple(getattr(telemetry, "tool_call_id_keys", ())),
+            tuple(getattr(telemetry, "span_maps", ())),
+        )
 
     def profile_telemetry(self) -> Any:
         """What the profile the agent's command names says of its own telemetry (``None``: nothing known)."""
@@ -220,6 +228,7 @@ class AgentTelemetry:
         joiner = self._joiner_now()
         try:
             if signal == "traces" and joiner is not None:
+                self._mapper.apply(message)
                 joiner.join_spans(message)
             elif signal == "logs" and joiner is not None:
                 joiner.join_logs(message)
@@ -228,6 +237,17 @@ class AgentTelemetry:
 
             logging.getLogger("acp_otel").debug("acp_otel proxy: could not join the agent's %s", signal, exc_info=True)
         self._forward(signal, message)
+        if signal == "traces" and joiner is not None:
+            self._release_logs(joiner, False)
+
+    def _release_logs(self, joiner: Any, everything: bool) -> None:
+        """Forward the log records that waited for their span (come now, or past their bound)."""
+        try:
+            logs = joiner.ready_logs(everything)
+        except Exception:
+            return
+        if logs is not None:
+            self._forward("logs", logs)
 
     def _forward(self, signal: str, message: Any) -> None:
         if signal not in self._signals:
@@ -251,6 +271,7 @@ class AgentTelemetry:
         request = joiner.release(everything)
         if request is not None:
             self._forward("traces", request)
+        self._release_logs(joiner, everything)
 
     # ------------------------------------------------------------------ exit
 
@@ -275,6 +296,15 @@ class AgentTelemetry:
             self._release(True)
         finally:
             self._joined.set()
+        joiner = self._joiner
+        if joiner is not None and not self.all_spans:
+            import logging
+
+            logging.getLogger("acp_otel").debug(
+                "acp_otel proxy: %d of the agent's spans left out, not what a user reads "
+                "(--agent-telemetry-spans all forwards them)",
+                joiner.spans_left_out,
+            )
         if self._forwarder is not None:
             self._forwarder.close(deadline)
 

@@ -20,7 +20,9 @@ it, until the parent arrives (:mod:`.held_spans`), for at most :data:`HOLD_S` an
 (then it is decided as if it had no parent); :meth:`Joiner.release` hands out what expired and, at exit,
 everything. A span that started before every turn is never held (nor is its parent a turn's).
 
-Logs follow their span's new trace id; a log without a span gets the context of the one turn open at its time.
+Logs follow their span's new trace id, waiting for it when it has not come (:mod:`.log_joining`); a log without a
+span gets the context of the one turn open at its time. By default only the spans a user reads are forwarded
+(:mod:`.span_filter`).
 Nothing here raises into the receiver: a request the joiner cannot read is forwarded as it came.
 """
 
@@ -36,8 +38,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from .agent_facts import AgentFacts
 from .held_spans import HeldSpans
-from .proto_spans import Entry, Key, append, entries, remove
-from .span_fates import LEFT, LINKED, Fates
+from .log_joining import LogJoining
+from .proto_spans import Entry, Key, append, entries, remove, spans
+from .span_fates import LEFT, Fates
+from .span_filter import SpanFilter
 from .turn_windows import TurnWindow, TurnWindows
 
 HOLD_S = 5.0
@@ -61,16 +65,20 @@ class Joiner:
         hold_s: float = HOLD_S,
         max_held: int = MAX_HELD,
         clock: Callable[[], float] = time.monotonic,
+        all_spans: bool = True,
     ) -> None:
         """``session_keys`` / ``tool_call_keys``: the span attributes the agent's profile says carry the ACP
         session id and tool call id (beside the conventions' ones); ``on_facts(tools, usage)``: called once the
         agent's spans are seen to report its tool calls (an ``execute_tool`` span with a tool call id) or its
-        token usage (``gen_ai.usage.*``)."""
+        token usage (``gen_ai.usage.*``); ``all_spans``: forward every span (else only what a user reads:
+        :mod:`.span_filter`)."""
         self._lock = threading.Lock()
         self._windows = TurnWindows(tuple(dict.fromkeys((*session_keys, *SESSION_KEYS))))
         self._fates = Fates(self._windows)
         self._held = HeldSpans(self._decided, self._fates.get, max_held)
         self._facts = AgentFacts(tool_call_keys, on_facts)
+        self._filter = SpanFilter(all_spans, self._windows.is_turn_span)
+        self._logs = LogJoining(self._windows, self._fates, self._filter, clock)
         self._hold_s = hold_s
         self._clock = clock
 
@@ -81,6 +89,11 @@ class Joiner:
     @property
     def spans_linked(self) -> int:
         return self._fates.spans_linked
+
+    @property
+    def spans_left_out(self) -> int:
+        """Spans not forwarded: not what a user reads (:mod:`.span_filter`)."""
+        return self._filter.left_out
 
     @property
     def on_tool_span(self) -> Callable[[], None] | None:
@@ -159,6 +172,7 @@ class Joiner:
             remove(request, held_now)
             released.extend(held.overflow())
             append(request, released)
+            self._filter.filter(request)
         self._facts.tell_tools()
 
     def release(self, everything: bool = False) -> ExportTraceServiceRequest | None:
@@ -169,6 +183,9 @@ class Joiner:
             if out:
                 request = ExportTraceServiceRequest()
                 append(request, out)
+                self._filter.filter(request)
+                if not request.resource_spans or not any(spans(request)):
+                    request = None
         self._facts.tell_tools()
         return request
 
@@ -209,24 +226,16 @@ class Joiner:
     # ------------------------------------------------------------------ logs
 
     def join_logs(self, request: ExportLogsServiceRequest) -> None:
-        """Logs follow their span's new trace id; a log without one gets the context of the one turn open at
-        its time (none, or several: left as it is)."""
+        """Logs follow their span's new trace id (:mod:`.log_joining`); those naming a span not seen yet are taken
+        out, to wait for it (:meth:`ready_logs`)."""
         with self._lock:
-            for resource_logs in request.resource_logs:
-                for scope_logs in resource_logs.scope_logs:
-                    for record in scope_logs.log_records:
-                        if record.trace_id and record.span_id:
-                            key = (record.trace_id, record.span_id)
-                            fate = self._fates.get(key)
-                            held = self._held.get(key)
-                            if fate is None and held is not None:  # in a turn's window: that turn's, sure
-                                window = self._windows.of_span(held.entry.span)
-                                fate = window.trace_id if isinstance(window, TurnWindow) else None
-                            if fate and fate != LINKED:
-                                record.trace_id = fate
-                        elif not record.trace_id:
-                            at = record.time_unix_nano or record.observed_time_unix_nano
-                            window = self._windows.only_at(at)
-                            if window is not None:
-                                record.trace_id = window.trace_id
-                                record.span_id = window.span_id
+            self._logs.join(request)
+
+    def ready_logs(self, everything: bool = False) -> ExportLogsServiceRequest | None:
+        """Waiting log records whose span has come or whose bound is past (all of them when ``everything``)."""
+        with self._lock:
+            return self._logs.ready(everything)
+
+    def logs_waiting(self) -> int:
+        with self._lock:
+            return len(self._logs)

@@ -550,7 +550,9 @@ def _agent_telemetry(options: ProxyOptions) -> Any:
     if capture is None:
         capture = os.environ.get("OTEL_PYTHON_ACP_CAPTURE_CONTENT", "").strip().lower() in ("1", "true", "yes", "on")
     name = agent_telemetry.relay_name(options.service_name, options.command, os.environ)
-    return agent_telemetry.AgentTelemetry(listener, name, bool(capture), options.command)
+    telemetry = agent_telemetry.AgentTelemetry(listener, name, bool(capture), options.command)
+    telemetry.all_spans = options.agent_telemetry_spans == "all"
+    return telemetry
 
 
 def _wait(proc: subprocess.Popen[bytes]) -> int:

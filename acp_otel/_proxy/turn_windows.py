@@ -56,6 +56,10 @@ class TurnWindows:
         if window is not None:
             window.end_ns = at_ns
 
+    def is_turn_span(self, key: tuple[bytes, bytes]) -> bool:
+        """``key`` is a known turn's span."""
+        return key[0] in self.traces and any(w.span_id == key[1] and w.trace_id == key[0] for w in self.turns)
+
     def first_start(self) -> int | None:
         """When the first turn known began (``None``: no turn yet)."""
         return self.turns[0].start_ns if self.turns else None
