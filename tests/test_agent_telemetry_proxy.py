@@ -211,6 +211,28 @@ async def test_by_default_only_what_a_user_reads_is_forwarded_and_nothing_dangle
     assert "acp-otel proxy: telemetry:" not in run.stderr
 
 
+@pytest.mark.parametrize("option", [False, True], ids=["option-off", "option-on"])
+async def test_a_known_agents_parent_keys_are_written_option_on_or_off(tmp_path: Any, option: bool) -> None:
+    """An agent found from its script's package (Qwen Code's ``cli-entry``, behind an ``env`` wrapper) gets its
+    own trace parent key in ``session/prompt``'s ``_meta`` beside the reserved one, whether the proxy receives its
+    telemetry or not (a user who set Qwen Code's telemetry up themselves gets its traces joined)."""
+    package = tmp_path / "node_modules" / "@qwen-code" / "qwen-code"
+    package.mkdir(parents=True)
+    (package / "package.json").write_text('{"name": "@qwen-code/qwen-code"}')
+    script = package / "cli-entry.py"
+    script.write_text((PEERS.parent / "peers" / "trace_agent.py").read_text())
+    args = ["--service-name", "proxy", *(["--agent-telemetry"] if option else [])]
+    with Backend() as backend:
+        agent = ["env", "A=1", sys.executable, str(script)]
+        async with proxied_client(agent, _env(backend.endpoint), args) as run:
+            session_id = await open_session(run.conn)
+            response = await prompt(run.conn, session_id, "echo-meta")
+        assert run.returncode == 0, run.stderr
+    seen = response.field_meta["kwargs"]
+    assert sorted(seen) == ["qwen.telemetry.traceparent", "traceparent"]
+    assert seen["qwen.telemetry.traceparent"] == seen["traceparent"]
+
+
 async def test_an_agent_that_exports_only_at_exit_still_gets_its_spans_joined() -> None:
     with Backend() as backend:
         run = await _run(backend, ["--export-at-exit"])
