@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -290,3 +289,75 @@ async def test_python_editor_through_the_proxy_to_the_rust_agent(
         (request,) = sent[method]
         assert "_meta" not in request["params"], request
     assert [a for a in sent["result"] if "_meta" in a["result"]] == answers
+
+
+def test_rust_client_through_the_proxy_to_a_traced_python_agent(
+    rust_peers: Path, sink: OtlpSink, tmp_path: Path
+) -> None:
+    """Rust client -> proxy -> the example agent under ``opentelemetry-instrument``: the agent's spans continue the
+    proxy's trace; the Rust client's handlers are handed the trace keys the proxy writes into the agent's calls."""
+    launcher = shutil.which("opentelemetry-instrument", path=str(Path(sys.executable).parent))
+    if launcher is None:
+        pytest.skip("opentelemetry-instrument is not installed beside this Python")
+    (tmp_path / "README.md").write_text("one\ntwo\nthree\n")  # what the example agent reads through the client
+    seen = tmp_path / "seen.jsonl"
+    # The proxy keeps its exporter settings to itself: the agent's own are given in its command.
+    agent_env = {**sink.env(), "OTEL_SERVICE_NAME": AGENT_SERVICE}
+    agent = [
+        "env",
+        *(f"{k}={v}" for k, v in agent_env.items()),
+        launcher,
+        sys.executable,
+        str(REPO / "examples" / "agent.py"),
+    ]
+    proxy = [*PROXY, "--service-name", PROXY_SERVICE, "--flush-timeout", "10", "--"]
+    done = subprocess.run(
+        [str(rust_peers / "client"), *proxy, *agent],
+        env=base_env(**sink.env(), ACP_RUST_PEER_LOG=str(seen)),
+        cwd=str(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout.splitlines()[-1])
+    assert summary["agent"] == "example-agent" and summary["stopReason"] == "end_turn", summary
+    assert summary["calls"] == ["session/request_permission", "fs/read_text_file", "_example.com/workspace/buffers"]
+    assert summary["updates"].count("tool_call") == 3 and "agent_message_chunk" in summary["updates"]
+
+    spans = sink.wait_for(
+        lambda s: (
+            any(x.service == AGENT_SERVICE and x.attributes.get("acp.method.name") == "session/prompt" for x in s)
+            and any(x.service == PROXY_SERVICE and x.attributes.get("acp.method.name") == "session/prompt" for x in s)
+            and len([x for x in s if x.service == AGENT_SERVICE and x.name.startswith("execute_tool")]) >= 3
+        )
+    )
+    proxy_turn = proxy_span(spans, "session/prompt")
+    assert proxy_turn.parent_id is None  # the Rust client sent no trace context
+    (agent_turn,) = [
+        s
+        for s in spans
+        if s.service == AGENT_SERVICE and s.kind == "SERVER" and s.attributes.get("acp.method.name") == "session/prompt"
+    ]
+    assert agent_turn.trace_id == proxy_turn.trace_id and agent_turn.parent_id == proxy_turn.span_id
+    # The traced agent makes the tool spans; the proxy makes none. All in the one trace.
+    tools = [s for s in spans if s.name.startswith("execute_tool")]
+    assert {s.service for s in tools} == {AGENT_SERVICE} and len(tools) == 3
+    assert {s.trace_id for s in tools} == {proxy_turn.trace_id}
+    # The agent's calls back into the Rust client: agent CLIENT -> proxy CLIENT, in the trace; and the Rust SDK
+    # handed the client's handler the traceparent the proxy wrote (the proxy's span).
+    handed = {entry["method"]: entry["meta"] for entry in seen_log(seen)}
+    assert set(handed) == {"session/request_permission", "fs/read_text_file", "_example.com/workspace/buffers"}
+    for method in handed:
+        ask = proxy_span(spans, method)
+        (agent_ask,) = [
+            s
+            for s in spans
+            if s.service == AGENT_SERVICE
+            and s.kind == "CLIENT"
+            and method in (s.name, s.attributes.get("acp.method.name"), "_" + str(s.attributes.get("acp.method.name")))
+        ]
+        assert ask.trace_id == proxy_turn.trace_id and ask.parent_id == agent_ask.span_id, method
+        assert handed[method] is not None, method
+        _, trace_id, span_id, _ = handed[method]["traceparent"].split("-")
+        assert (trace_id, span_id) == (proxy_turn.trace_id, ask.span_id), method
