@@ -322,6 +322,7 @@ def test_rust_client_through_the_proxy_to_a_traced_python_agent(
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout.splitlines()[-1])
     assert summary["agent"] == "example-agent" and summary["stopReason"] == "end_turn", summary
+    assert summary["agentExit"] == 0, done.stderr[-3000:]  # the proxy, at the end of its input
     assert summary["calls"] == ["session/request_permission", "fs/read_text_file", "_example.com/workspace/buffers"]
     assert summary["updates"].count("tool_call") == 3 and "agent_message_chunk" in summary["updates"]
 
@@ -361,3 +362,38 @@ def test_rust_client_through_the_proxy_to_a_traced_python_agent(
         assert handed[method] is not None, method
         _, trace_id, span_id, _ = handed[method]["traceparent"].split("-")
         assert (trace_id, span_id) == (proxy_turn.trace_id, ask.span_id), method
+
+
+@pytest.mark.parametrize(
+    ("meta", "handed"),
+    [
+        ({"traceparent": f"00-{'ab' * 16}-{'cd' * 8}-01", **UNKNOWN_META}, "same"),
+        ({}, "same"),
+        ("not an object", None),
+        ([1, 2], None),
+        (None, None),
+    ],
+)
+def test_rust_agent_handler_is_handed_meta_objects_only(
+    rust_peers: Path, tmp_path: Path, meta: Any, handed: Any
+) -> None:
+    """Straight to the Rust agent (no proxy): an object ``_meta`` reaches the handler whole; one that is not an
+    object (or null) reaches it as none, and the request is answered all the same."""
+    seen = tmp_path / "seen.jsonl"
+    request = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1, "_meta": meta}}
+    done = subprocess.run(
+        [str(rust_peers / "agent")],
+        input=json.dumps(request) + "\n",
+        env={**base_env(), "ACP_RUST_PEER_LOG": str(seen)},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 0, done.stderr
+    (answer,) = [json.loads(line) for line in done.stdout.splitlines()]
+    assert answer["id"] == 0 and answer["result"]["agentInfo"]["name"] == "rust-test-agent", answer
+    ((entry),) = seen_log(seen)
+    assert entry["method"] == "initialize"
+    assert entry["meta"] == (meta if handed == "same" else None)
+    if handed == "same":
+        assert list(entry["meta"]) == list(meta)  # in the order received

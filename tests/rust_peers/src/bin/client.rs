@@ -1,10 +1,14 @@
 //! A Rust ACP client on the `agent-client-protocol` crate (protocol v1): `client AGENT_COMMAND [ARGS...]`.
 //!
-//! It spawns the agent command, drives one turn (`initialize`, `session/new` in its working directory,
+//! It spawns the agent command with its stdin and stdout as the transport, drives one turn (`initialize`, `session/new` in its working directory,
 //! `session/prompt`) and answers the agent's calls: `session/request_permission` (the first allow option),
 //! `fs/read_text_file` (from the disk) and the example agent's `_example.com/workspace/buffers` extension
-//! request, which it declares in `clientCapabilities._meta`. Then it prints one JSON line on stdout: the
-//! agent's name, the stop reason, the session update kinds and the calls it answered. Every handler logs the
+//! request, which it declares in `clientCapabilities._meta`. Then it closes the agent's stdin and waits for the
+//! agent to exit (at most 30 s, then kills it), as an editor does, and prints one JSON line on stdout: the
+//! agent's name, the stop reason, the session update kinds, the calls it answered and the agent's exit status.
+//!
+//! Not the SDK's `AcpAgent`: that sends the agent SIGTERM one second after closing its stdin and SIGKILL two
+//! seconds later, too soon on a loaded machine for `acp-otel proxy` to export its last spans (docs/agents.md). Every handler logs the
 //! `_meta` it was handed (`ACP_RUST_PEER_LOG`, see the library).
 
 use acp_otel_rust_peers::{BuffersRequest, BuffersResponse, Meta, log_seen};
@@ -15,9 +19,11 @@ use agent_client_protocol::v1::schema::{
     PermissionOptionKind, PromptRequest, ReadTextFileRequest, ReadTextFileResponse, RequestPermissionOutcome,
     RequestPermissionRequest, RequestPermissionResponse, SelectedPermissionOutcome, SessionNotification, TextContent,
 };
-use agent_client_protocol::{AcpAgent, Agent, Client, Error, on_receive_notification, on_receive_request};
+use agent_client_protocol::{Agent, ByteStreams, Client, Error, on_receive_notification, on_receive_request};
+use async_process::{Command, Stdio};
 use serde_json::{Value, json};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 #[derive(Default)]
 struct Seen {
@@ -27,14 +33,26 @@ struct Seen {
 
 fn main() -> Result<(), Error> {
     let command: Vec<String> = std::env::args().skip(1).collect();
-    let agent = AcpAgent::from_args(command)?;
+    let Some((program, args)) = command.split_first() else {
+        return Err(Error::invalid_params().data("usage: client AGENT_COMMAND [ARGS...]"));
+    };
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(Error::into_internal_error)?;
+    let (Some(to_agent), Some(from_agent)) = (child.stdin.take(), child.stdout.take()) else {
+        return Err(Error::internal_error().data("the agent's pipes"));
+    };
+    let agent = ByteStreams::new(to_agent, from_agent);
     let seen: Arc<Mutex<Seen>> = Arc::default();
     let (on_update, on_permission, on_read, on_buffers, summary) =
         (seen.clone(), seen.clone(), seen.clone(), seen.clone(), seen);
-    let cwd = std::env::current_dir().map_err(|e| Error::internal_error().data(e.to_string()))?;
+    let cwd = std::env::current_dir().map_err(Error::into_internal_error)?;
     let mut declared = Meta::new();
     declared.insert("example.com/workspace".into(), json!({"buffers": true}));
-    futures::executor::block_on(
+    let line = futures::executor::block_on(
         Client
             .v1()
             .name("rust-test-client")
@@ -107,8 +125,23 @@ fn main() -> Result<(), Error> {
                     "updates": seen.updates,
                     "calls": seen.calls,
                 });
-                println!("{line}");
-                Ok(())
+                Ok(line)
             }),
-    )
+    )?;
+    // The transport is gone with the connection: the agent has seen the end of its input.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_status().map_err(Error::into_internal_error)? {
+            break status.code();
+        }
+        if Instant::now() > deadline {
+            child.kill().map_err(Error::into_internal_error)?;
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut line = line;
+    line["agentExit"] = json!(status);
+    println!("{line}");
+    Ok(())
 }
