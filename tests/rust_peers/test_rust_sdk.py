@@ -226,7 +226,8 @@ async def test_python_editor_through_the_proxy_to_the_rust_agent(
         lambda s: (
             any(x.name.startswith("execute_tool") for x in s)
             and any(x.attributes.get("acp.method.name") == "session/prompt" for x in s)
-        )
+        ),
+        timeout=30,
     )
     editor_spans = exporter.get_finished_spans()
     editor_turn = next(s for s in editor_spans if s.attributes.get("acp.method.name") == "session/prompt")
@@ -331,7 +332,8 @@ def test_rust_client_through_the_proxy_to_a_traced_python_agent(
             any(x.service == AGENT_SERVICE and x.attributes.get("acp.method.name") == "session/prompt" for x in s)
             and any(x.service == PROXY_SERVICE and x.attributes.get("acp.method.name") == "session/prompt" for x in s)
             and len([x for x in s if x.service == AGENT_SERVICE and x.name.startswith("execute_tool")]) >= 3
-        )
+        ),
+        timeout=30,
     )
     proxy_turn = proxy_span(spans, "session/prompt")
     assert proxy_turn.parent_id is None  # the Rust client sent no trace context
