@@ -10,11 +10,12 @@ use acp_otel_rust_peers::{EchoRequest, Meta, log_seen};
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::{
-    AgentCapabilities, ContentBlock, ContentChunk, Implementation, InitializeRequest, InitializeResponse,
-    NewSessionRequest, NewSessionResponse, PermissionOption, PermissionOptionKind, PromptRequest, PromptResponse,
-    ReadTextFileRequest, RequestPermissionOutcome, RequestPermissionRequest, SessionId, SessionNotification,
-    SessionUpdate, StopReason, TextContent, ToolCall, ToolCallContent, ToolCallStatus, ToolCallUpdate,
-    ToolCallUpdateFields, ToolKind,
+    AgentCapabilities, ContentBlock, ContentChunk, Implementation, InitializeRequest,
+    InitializeResponse, NewSessionRequest, NewSessionResponse, PermissionOption,
+    PermissionOptionKind, PromptRequest, PromptResponse, ReadTextFileRequest,
+    RequestPermissionOutcome, RequestPermissionRequest, SessionId, SessionNotification,
+    SessionUpdate, StopReason, TextContent, ToolCall, ToolCallContent, ToolCallStatus,
+    ToolCallUpdate, ToolCallUpdateFields, ToolKind,
 };
 use agent_client_protocol::{Agent, Client, Error, Stdio, on_receive_request};
 use serde_json::Value;
@@ -32,12 +33,21 @@ fn say(cx: &ConnectionTo<Client>, session: &SessionId, words: &str) -> Result<()
     cx.send_notification(SessionNotification::new(session.clone(), chunk))
 }
 
-fn update(cx: &ConnectionTo<Client>, session: &SessionId, change: SessionUpdate) -> Result<(), Error> {
+fn update(
+    cx: &ConnectionTo<Client>,
+    session: &SessionId,
+    change: SessionUpdate,
+) -> Result<(), Error> {
     cx.send_notification(SessionNotification::new(session.clone(), change))
 }
 
 /// The turn, run outside the dispatch loop (a handler that awaited the client's answers would hold it).
-async fn turn(cx: ConnectionTo<Client>, session: SessionId, cwd: PathBuf, seen: Option<Meta>) -> Result<PromptResponse, Error> {
+async fn turn(
+    cx: ConnectionTo<Client>,
+    session: SessionId,
+    cwd: PathBuf,
+    seen: Option<Meta>,
+) -> Result<PromptResponse, Error> {
     say(&cx, &session, "Hello from the Rust SDK. ")?;
     say(&cx, &session, "Reading your notes.")?;
     let path = cwd.join("notes.txt");
@@ -48,32 +58,58 @@ async fn turn(cx: ConnectionTo<Client>, session: SessionId, cwd: PathBuf, seen: 
     update(&cx, &session, SessionUpdate::ToolCall(call))?;
     let asked = ToolCallUpdate::new(
         TOOL_CALL_ID,
-        ToolCallUpdateFields::new().title("Read notes.txt").kind(ToolKind::Read).status(ToolCallStatus::Pending),
+        ToolCallUpdateFields::new()
+            .title("Read notes.txt")
+            .kind(ToolKind::Read)
+            .status(ToolCallStatus::Pending),
     );
     let options = vec![
         PermissionOption::new("allow", "Allow once", PermissionOptionKind::AllowOnce),
         PermissionOption::new("reject", "Reject", PermissionOptionKind::RejectOnce),
     ];
     let permission = cx
-        .send_request(RequestPermissionRequest::new(session.clone(), asked, options))
+        .send_request(RequestPermissionRequest::new(
+            session.clone(),
+            asked,
+            options,
+        ))
         .block_task()
         .await?;
     let allowed = matches!(&permission.outcome, RequestPermissionOutcome::Selected(chosen) if &*chosen.option_id.0 == "allow");
-    let status = if allowed { ToolCallStatus::Completed } else { ToolCallStatus::Failed };
+    let status = if allowed {
+        ToolCallStatus::Completed
+    } else {
+        ToolCallStatus::Failed
+    };
     let mut result = String::from("permission refused");
     if allowed {
-        let file = cx.send_request(ReadTextFileRequest::new(session.clone(), path)).block_task().await?;
+        let file = cx
+            .send_request(ReadTextFileRequest::new(session.clone(), path))
+            .block_task()
+            .await?;
         let echo = cx
-            .send_request(EchoRequest { session_id: session.0.to_string(), value: 42 })
+            .send_request(EchoRequest {
+                session_id: session.0.to_string(),
+                value: 42,
+            })
             .block_task()
             .await?;
         result = format!("{} bytes read, echo {}", file.content.len(), echo.echo);
     }
-    let done = ToolCallUpdateFields::new().status(status).content(vec![ToolCallContent::from(text(&result))]);
-    update(&cx, &session, SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(TOOL_CALL_ID, done)))?;
+    let done = ToolCallUpdateFields::new()
+        .status(status)
+        .content(vec![ToolCallContent::from(text(&result))]);
+    update(
+        &cx,
+        &session,
+        SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(TOOL_CALL_ID, done)),
+    )?;
     say(&cx, &session, " Done.")?;
     let mut answer = Meta::new();
-    answer.insert("test.dev/seen".into(), seen.map_or(Value::Null, Value::Object));
+    answer.insert(
+        "test.dev/seen".into(),
+        seen.map_or(Value::Null, Value::Object),
+    );
     Ok(PromptResponse::new(StopReason::EndTurn).meta(answer))
 }
 
@@ -108,9 +144,15 @@ fn main() -> Result<(), Error> {
             .on_receive_request(
                 async move |request: PromptRequest, responder, cx: ConnectionTo<Client>| {
                     log_seen("agent", "session/prompt", request.meta.as_ref());
-                    let cwd = sessions.lock().expect("sessions").iter().find(|(id, _)| *id == request.session_id).map(|(_, cwd)| cwd.clone());
+                    let cwd = sessions
+                        .lock()
+                        .expect("sessions")
+                        .iter()
+                        .find(|(id, _)| *id == request.session_id)
+                        .map(|(_, cwd)| cwd.clone());
                     let Some(cwd) = cwd else {
-                        return responder.respond_with_error(Error::invalid_params().data("unknown session"));
+                        return responder
+                            .respond_with_error(Error::invalid_params().data("unknown session"));
                     };
                     let task = turn(cx.clone(), request.session_id, cwd, request.meta);
                     cx.spawn(async move {

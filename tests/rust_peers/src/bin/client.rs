@@ -15,11 +15,14 @@ use acp_otel_rust_peers::{BuffersRequest, BuffersResponse, Meta, log_seen};
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::{
-    ClientCapabilities, ContentBlock, FileSystemCapabilities, Implementation, InitializeRequest, NewSessionRequest,
-    PermissionOptionKind, PromptRequest, ReadTextFileRequest, ReadTextFileResponse, RequestPermissionOutcome,
-    RequestPermissionRequest, RequestPermissionResponse, SelectedPermissionOutcome, SessionNotification, TextContent,
+    ClientCapabilities, ContentBlock, FileSystemCapabilities, Implementation, InitializeRequest,
+    NewSessionRequest, PermissionOptionKind, PromptRequest, ReadTextFileRequest,
+    ReadTextFileResponse, RequestPermissionOutcome, RequestPermissionRequest,
+    RequestPermissionResponse, SelectedPermissionOutcome, SessionNotification, TextContent,
 };
-use agent_client_protocol::{Agent, ByteStreams, Client, Error, on_receive_notification, on_receive_request};
+use agent_client_protocol::{
+    Agent, ByteStreams, Client, Error, on_receive_notification, on_receive_request,
+};
 use async_process::{Command, Stdio};
 use serde_json::{Value, json};
 use std::sync::{Arc, Mutex};
@@ -59,20 +62,35 @@ fn main() -> Result<(), Error> {
             .on_receive_notification(
                 async move |notification: SessionNotification, _cx| {
                     let update = serde_json::to_value(&notification.update).unwrap_or(Value::Null);
-                    on_update.lock().expect("seen").updates.push(update["sessionUpdate"].clone());
+                    on_update
+                        .lock()
+                        .expect("seen")
+                        .updates
+                        .push(update["sessionUpdate"].clone());
                     Ok(())
                 },
                 on_receive_notification!(),
             )
             .on_receive_request(
                 async move |request: RequestPermissionRequest, responder, _cx| {
-                    log_seen("client", "session/request_permission", request.meta.as_ref());
-                    on_permission.lock().expect("seen").calls.push("session/request_permission".into());
-                    let allow = request.options.iter().find(|o| o.kind == PermissionOptionKind::AllowOnce);
+                    log_seen(
+                        "client",
+                        "session/request_permission",
+                        request.meta.as_ref(),
+                    );
+                    on_permission
+                        .lock()
+                        .expect("seen")
+                        .calls
+                        .push("session/request_permission".into());
+                    let allow = request
+                        .options
+                        .iter()
+                        .find(|o| o.kind == PermissionOptionKind::AllowOnce);
                     let outcome = match allow {
-                        Some(option) => {
-                            RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(option.option_id.clone()))
-                        }
+                        Some(option) => RequestPermissionOutcome::Selected(
+                            SelectedPermissionOutcome::new(option.option_id.clone()),
+                        ),
                         None => RequestPermissionOutcome::Cancelled,
                     };
                     responder.respond(RequestPermissionResponse::new(outcome))
@@ -82,20 +100,36 @@ fn main() -> Result<(), Error> {
             .on_receive_request(
                 async move |request: ReadTextFileRequest, responder, _cx| {
                     log_seen("client", "fs/read_text_file", request.meta.as_ref());
-                    on_read.lock().expect("seen").calls.push("fs/read_text_file".into());
+                    on_read
+                        .lock()
+                        .expect("seen")
+                        .calls
+                        .push("fs/read_text_file".into());
                     match std::fs::read_to_string(&request.path) {
                         Ok(content) => responder.respond(ReadTextFileResponse::new(content)),
-                        Err(error) => responder.respond_with_error(Error::internal_error().data(error.to_string())),
+                        Err(error) => responder
+                            .respond_with_error(Error::internal_error().data(error.to_string())),
                     }
                 },
                 on_receive_request!(),
             )
             .on_receive_request(
                 async move |request: BuffersRequest, responder, _cx| {
-                    log_seen("client", "_example.com/workspace/buffers", request.meta.as_ref());
-                    on_buffers.lock().expect("seen").calls.push("_example.com/workspace/buffers".into());
-                    let buffer = json!({"path": "src/main.rs", "languageId": "rust", "dirty": false});
-                    responder.respond(BuffersResponse { buffers: vec![buffer] })
+                    log_seen(
+                        "client",
+                        "_example.com/workspace/buffers",
+                        request.meta.as_ref(),
+                    );
+                    on_buffers
+                        .lock()
+                        .expect("seen")
+                        .calls
+                        .push("_example.com/workspace/buffers".into());
+                    let buffer =
+                        json!({"path": "src/main.rs", "languageId": "rust", "dirty": false});
+                    responder.respond(BuffersResponse {
+                        buffers: vec![buffer],
+                    })
                 },
                 on_receive_request!(),
             )
@@ -111,8 +145,13 @@ fn main() -> Result<(), Error> {
                     )
                     .block_task()
                     .await?;
-                let session = cx.send_request(NewSessionRequest::new(cwd)).block_task().await?;
-                let prompt = vec![ContentBlock::Text(TextContent::new("Hello from the Rust client"))];
+                let session = cx
+                    .send_request(NewSessionRequest::new(cwd))
+                    .block_task()
+                    .await?;
+                let prompt = vec![ContentBlock::Text(TextContent::new(
+                    "Hello from the Rust client",
+                ))];
                 let answer = cx
                     .send_request(PromptRequest::new(session.session_id.clone(), prompt))
                     .block_task()
