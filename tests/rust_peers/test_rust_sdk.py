@@ -286,7 +286,8 @@ def test_rust_client_through_the_proxy_to_a_traced_python_agent(
     rust_peers: Path, sink: OtlpSink, tmp_path: Path
 ) -> None:
     """Rust client -> proxy -> the example agent under ``opentelemetry-instrument``: the agent's spans continue the
-    proxy's trace; the Rust client's handlers are handed the trace keys the proxy writes into the agent's calls."""
+    proxy's trace, every byte is relayed but the trace keys, and the Rust client's handlers are handed the trace
+    keys the proxy writes into the agent's calls."""
     launcher = shutil.which("opentelemetry-instrument", path=str(Path(sys.executable).parent))
     if launcher is None:
         pytest.skip("opentelemetry-instrument is not installed beside this Python")
@@ -302,8 +303,9 @@ def test_rust_client_through_the_proxy_to_a_traced_python_agent(
         str(REPO / "examples" / "agent.py"),
     ]
     proxy = [*PROXY, "--service-name", PROXY_SERVICE, "--flush-timeout", "10", "--"]
+    editor_tap, agent_tap = [*TAP, str(tmp_path / "editor"), "--"], [*TAP, str(tmp_path / "agent"), "--"]
     done = subprocess.run(
-        [str(rust_peers / "client"), *proxy, *agent],
+        [str(rust_peers / "client"), *editor_tap, *proxy, *agent_tap, *agent],
         env=base_env(**sink.env(), ACP_RUST_PEER_LOG=str(seen)),
         cwd=str(tmp_path),
         capture_output=True,
@@ -314,6 +316,11 @@ def test_rust_client_through_the_proxy_to_a_traced_python_agent(
     summary = json.loads(done.stdout.splitlines()[-1])
     assert summary["agent"] == "example-agent" and summary["stopReason"] == "end_turn", summary
     assert summary["agentExit"] == 0, done.stderr[-3000:]  # the proxy, at the end of its input
+    # Every byte of the Rust client's messages and of the agent's through, but the trace keys the proxy writes.
+    tapped = {name: (tmp_path / name).read_bytes() for name in ("editor.in", "editor.out", "agent.in", "agent.out")}
+    assert assert_relayed(tapped["editor.in"], tapped["agent.in"]) == 3  # initialize, session/new, session/prompt
+    assert assert_relayed(tapped["agent.out"], tapped["editor.out"]) >= 3  # the agent's requests to the client
+    assert b"traceparent" not in tapped["editor.in"]  # the Rust client sends no trace context of its own
     assert summary["calls"] == ["session/request_permission", "fs/read_text_file", "_example.com/workspace/buffers"]
     assert summary["updates"].count("tool_call") == 3 and "agent_message_chunk" in summary["updates"]
 
