@@ -317,6 +317,28 @@ def real_agents(session: nox.Session) -> None:
     )
 
 
+# The Rust SDK (crates.io's agent-client-protocol, tests/rust_peers/): its agent and client, built with cargo from
+# the lock file into a target directory outside the clone (scripts/build_rust_peers.sh), through the proxy.
+RUST_SDK_PYTHON = "3.12"
+
+
+@nox.session(python=RUST_SDK_PYTHON)  # not a default session: `.ci/run` runs it in lane 2
+def rust_sdk(session: nox.Session) -> None:
+    """The Rust SDK's agent and client on both sides of ``acp-otel proxy``; see docs/agents.md."""
+    _pip_install(session, _package("[test]"), f"agent-client-protocol=={LATEST}")
+    session.run("bash", "scripts/build_rust_peers.sh", external=True)
+    session.run(
+        "pytest",
+        "-q",
+        "-rs",
+        "-p",
+        "no:cacheprovider",
+        "tests/rust_peers",
+        *session.posargs,
+        env={"ACP_OTEL_RUST_SDK": "1"},
+    )
+
+
 # ---------------------------------------------------------------------------------------------- floors, order
 # The oldest releases pyproject.toml's dependencies allow, on the oldest Python: each ">=" there is tested here
 # (the matrix installs the newest). The test extra's own OpenTelemetry packages (opentelemetry-test-utils) pin
