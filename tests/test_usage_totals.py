@@ -1,0 +1,57 @@
+"""A session's running total of tokens (GitHub Copilot CLI's ``PromptResponse.usage``) read as each turn's share:
+over many turns, and across a reset (a new session total), never negative, never counted twice. Through the
+public function the engine calls with each prompt's result (:func:`acp_otel._usage.take_usage`), a turn per
+report, the connection's totals shared between them as the engine shares them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from opentelemetry.context import Context
+from opentelemetry.trace import INVALID_SPAN
+
+from acp_otel._agent_profiles import BY_KEY, USAGE_RUNNING_TOTAL
+from acp_otel._turn_state import Turn
+from acp_otel._usage import take_usage, usage_attributes
+
+INPUT, OUTPUT, TOTAL = "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens", "acp.usage.total_tokens"
+
+
+def _shares(reports: list[tuple[str, int, int]]) -> list[dict[str, Any]]:
+    """Each turn's end attributes for ``(session, input running total, output running total)`` reports."""
+    totals: dict[str, dict[str, int]] = {}  # the connection's, kept across its turns
+    out = []
+    for session, inputs, outputs in reports:
+        turn = Turn(INVALID_SPAN, Context(), session, False, "copilot")
+        turn.profile, turn.usage_totals = BY_KEY["copilot-cli"], totals
+        assert turn.profile.usage == USAGE_RUNNING_TOTAL
+        usage = {"inputTokens": inputs, "outputTokens": outputs, "totalTokens": inputs + outputs}
+        take_usage(turn, {"stopReason": "end_turn", "usage": usage})
+        attributes: dict[str, Any] = {}
+        usage_attributes(turn, attributes)
+        out.append(attributes)
+    return out
+
+
+def test_a_running_total_over_many_turns_gives_each_turn_its_own_share() -> None:
+    shares = _shares([("s", 100, 10), ("s", 150, 25), ("s", 210, 27), ("s", 400, 50), ("s", 400, 50)])
+    assert [(a[INPUT], a[OUTPUT], a[TOTAL]) for a in shares] == [
+        (100, 10, 110),
+        (50, 15, 65),
+        (60, 2, 62),
+        (190, 23, 213),
+        (0, 0, 0),  # nothing new: nothing spent
+    ]
+    assert {a["acp.usage.source"] for a in shares} == {"running_total"}
+
+
+def test_a_running_total_that_resets_starts_a_new_total_never_a_negative_share() -> None:
+    # The agent started a new session total (a restart, a compaction): the report after it is taken whole.
+    shares = _shares([("s", 100, 10), ("s", 150, 25), ("s", 30, 5), ("s", 70, 9), ("s", 70, 4)])
+    assert [(a[INPUT], a[OUTPUT]) for a in shares] == [(100, 10), (50, 15), (30, 5), (40, 4), (70, 4)]
+    assert all(value >= 0 for a in shares for key, value in a.items() if key.endswith("_tokens"))
+
+
+def test_running_totals_are_kept_per_session() -> None:
+    shares = _shares([("a", 100, 10), ("b", 40, 4), ("a", 130, 12), ("b", 50, 5), ("a", 160, 20)])
+    assert [(a[INPUT], a[OUTPUT]) for a in shares] == [(100, 10), (40, 4), (30, 2), (10, 1), (30, 8)]
