@@ -298,11 +298,14 @@ PROFILE = {"gemini": "gemini-cli", "qwen": "qwen-code"}
 
 
 def _carriers(sink: Sink, canary: str) -> set[str]:
-    """Where the canary reached the backend: ``span KEY``, ``span event KEY``, ``log KEY``, ``log body EVENT``."""
+    """Where the canary reached the backend in the agent's own telemetry (the proxy's, with capture on, carries it
+    too): ``span KEY``, ``span event KEY``, ``log KEY``, ``log body EVENT``."""
     from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans
 
     found = set()
-    for _, body in list(sink.raw):
+    for service, body in list(sink.raw):
+        if service == PROXY_SERVICE:
+            continue
         for scope in ResourceSpans.FromString(body).scope_spans:
             for span in scope.spans:
                 found |= {f"span {kv.key}" for kv in span.attributes if canary.encode() in kv.SerializeToString()}
@@ -311,6 +314,9 @@ def _carriers(sink: Sink, canary: str) -> set[str]:
     for path, body in list(sink.other):
         if path.endswith("/v1/logs"):
             for resource in _decode(path, body).resource_logs:
+                names = {str(_value(kv.value)) for kv in resource.resource.attributes if kv.key == "service.name"}
+                if PROXY_SERVICE in names:
+                    continue
                 for scope in resource.scope_logs:
                     for record in scope.log_records:
                         found |= {f"log {kv.key}" for kv in record.attributes if canary in str(kv.value)}
