@@ -321,6 +321,7 @@ def test_agents_are_found_by_any_spelling_of_their_names() -> None:
     assert sw.key_of("@google/gemini-cli") == "gemini-cli" and sw.key_of("qwen") == "qwen-code"
     assert [sw.key_of(v) for v in ("", None, 5, "my-agent", "gemini" + "x" * 300)] == [None] * 5
     assert sw.key_of("x/" * 130 + "gemini") is None  # past the first 256 characters: not read
+    assert sw.key_of("x" * 251 + "/codex") is None and sw.key_of("x" * 250 + "/codex") == "codex"
 
 
 RECEIVER = "http://127.0.0.1:4999"
