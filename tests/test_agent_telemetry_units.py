@@ -137,7 +137,9 @@ def test_paths_and_content_types() -> None:
         None,
         None,
     ]
+    assert codec.signal_of("/v1/traces?a=1?b=2") == "traces" and codec.signal_of("/v1/tracesX") is None
     assert codec.is_json("application/json; charset=utf-8") and codec.is_json(" Application/JSON ")
+    assert codec.is_json("application/json; charset=utf-8; q=1")
     assert not codec.is_json("application/x-protobuf") and not codec.is_json(None) and not codec.is_json("")
 
 
@@ -155,10 +157,26 @@ def test_bodies_are_decompressed_as_their_encoding_says() -> None:
     with pytest.raises(codec.BadRequest, match="not valid gzip"):
         codec.decompress(zlib.compress(raw), "gzip")
     bomb = gzip.compress(b"\0" * (codec.MAX_BODY_BYTES + 1))
-    with pytest.raises(codec.BadRequest, match="too large") as refused:
+    with pytest.raises(codec.BadRequest, match=r"^body too large once decompressed$") as refused:
         codec.decompress(bomb, "gzip")
     assert refused.value.too_large
     assert len(codec.decompress(gzip.compress(b"\0" * codec.MAX_BODY_BYTES), "gzip")) == codec.MAX_BODY_BYTES
+
+
+def test_a_compression_bomb_is_refused_without_inflating_it() -> None:
+    import tracemalloc
+
+    packer = zlib.compressobj(wbits=zlib.MAX_WBITS | 16)
+    chunk = b"\0" * (1 << 20)
+    bomb = b"".join(packer.compress(chunk) for _ in range(128)) + packer.flush()  # 128 MiB of zeros
+    tracemalloc.start()
+    try:
+        with pytest.raises(codec.BadRequest, match="too large"):
+            codec.decompress(bomb, "gzip")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 * codec.MAX_BODY_BYTES + (8 << 20)  # at most the bound inflated, never the whole bomb
 
 
 def test_otlp_json_hex_ids_names_and_numbers() -> None:
@@ -167,9 +185,11 @@ def test_otlp_json_hex_ids_names_and_numbers() -> None:
         keys = ("traceId", "spanId", "parentSpanId") if style == "camel" else ("trace_id", "span_id", "parent_span_id")
         span = dict(zip(keys, (trace_id.hex(), span_id.hex(), parent_id.hex()), strict=True))
         span.update(name="chat", kind=3, unknownField=[{"traceId": "zz"}])
+        span["attributes"] = [{"key": "hex-looking", "value": {"stringValue": "deadbeef"}}]  # not an id: as it is
         body = json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}).encode()
         (got,) = codec.decode("traces", body, True).resource_spans[0].scope_spans[0].spans  # type: ignore[attr-defined]
         assert (got.trace_id, got.span_id, got.parent_span_id, got.kind) == (trace_id, span_id, parent_id, 3), style
+        assert got.attributes[0].value.string_value == "deadbeef"
     # base64 (protobuf's own JSON mapping) is taken as well; ids nested in links too.
     link = {"traceId": trace_id.hex(), "spanId": base64.b64encode(span_id).decode()}
     body = json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [{"name": "a", "links": [link]}]}]}]}).encode()
