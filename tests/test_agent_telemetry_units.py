@@ -390,3 +390,6 @@ def test_the_proxys_exporter_settings_stay_with_the_proxy() -> None:
     for endpoint in (None, RECEIVER):
         env = ce.proxy_agent_environment(environ, COMMANDS["gemini-cli"], telemetry_endpoint=endpoint)
         assert "sekret" not in env.values() and {name: "kept" for name in crossing}.items() <= env.items()
+    # The agent named after its command; console exporters never on a stdio agent's stdout.
+    env = ce.proxy_agent_environment({"OTEL_TRACES_EXPORTER": "console,otlp,zipkin"}, ["/usr/bin/my-agent", "--acp"])
+    assert env["OTEL_SERVICE_NAME"] == "my-agent" and env["OTEL_TRACES_EXPORTER"] == "otlp,zipkin"
