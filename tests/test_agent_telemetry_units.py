@@ -241,6 +241,8 @@ def test_which_signals_are_forwarded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OTEL_METRICS_EXPORTER", "none")
     monkeypatch.setenv("OTEL_LOGS_EXPORTER", "console")
     assert fw.forwarded_signals() == ("traces",)
+    monkeypatch.setenv("OTEL_LOGS_EXPORTER", "otlp,console")
+    assert fw.forwarded_signals() == ("traces", "logs")
     monkeypatch.setenv("OTEL_SDK_DISABLED", " TRUE ")
     assert fw.forwarded_signals() == ()
 
@@ -301,14 +303,18 @@ def test_a_failed_export_is_counted_and_said_once_with_its_reason(monkeypatch: p
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{s.getsockname()[1]}"
-    _point_at(monkeypatch, dead)
+    _point_at(monkeypatch, dead, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=f"{dead}/traces-here")
+    forwarder = fw.Forwarder()
+    started = time.monotonic()
+    assert forwarder.close(started + 5) and time.monotonic() - started < 1.0  # nothing to send: at once
     forwarder = fw.Forwarder()
     forwarder.put("traces", _spans(1))
+    forwarder.put("traces", _spans(2))
     forwarder.put("logs", _logs({"body": _text("a")}))
     assert forwarder.close(time.monotonic() + 10)
-    assert forwarder.accounts["traces"].failed == 1 and forwarder.accounts["logs"].failed == 2
+    assert forwarder.accounts["traces"].failed == 3 and forwarder.accounts["logs"].failed == 2
     said = forwarder.problems()
-    assert said[0].startswith(f"1 of the agent's span not forwarded to {dead}/v1/traces: ")
+    assert said[0].startswith(f"3 of the agent's spans not forwarded to {dead}/traces-here: ")
     assert said[1].startswith(f"2 of the agent's log records not forwarded to {dead}/v1/logs: ")
     assert all("nothing is listening there" in line for line in said)
 
@@ -323,10 +329,16 @@ def test_a_full_queue_drops_at_once_and_the_exit_bound_drops_the_rest(monkeypatc
             time.sleep(0.2 if n == 1 else 0)
         assert time.monotonic() - started < 2.0
         assert forwarder.accounts["traces"].dropped == 4 + 5
-        assert not forwarder.close(time.monotonic() + 0.3)  # the one being sent is still out
+        closing = time.monotonic()
+        assert not forwarder.close(closing + 0.3)  # the one being sent is still out
+        assert time.monotonic() - closing < 0.8  # the exit bound kept
         assert forwarder.accounts["traces"].dropped == 4 + 5 + 2 + 3
         (said,) = forwarder.problems()
         assert said.endswith("the queue was full or the exit bound came first") and said.startswith("14 of")
+        one = fw.Forwarder()
+        one.put("traces", _spans(1))
+        time.sleep(0.2)  # being sent, nothing queued: not done either
+        assert not one.close(time.monotonic() + 0.2)
 
 
 # ---------------------------------------------------------------------- switches and the agent's environment
