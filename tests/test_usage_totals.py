@@ -55,3 +55,55 @@ def test_a_running_total_that_resets_starts_a_new_total_never_a_negative_share()
 def test_running_totals_are_kept_per_session() -> None:
     shares = _shares([("a", 100, 10), ("b", 40, 4), ("a", 130, 12), ("b", 50, 5), ("a", 160, 20)])
     assert [(a[INPUT], a[OUTPUT]) for a in shares] == [(100, 10), (40, 4), (30, 2), (10, 1), (30, 8)]
+
+
+def test_a_count_that_appears_later_in_a_running_total_is_counted_from_zero() -> None:
+    totals: dict[str, dict[str, int]] = {}
+    shares = []
+    for usage in ({"inputTokens": 100}, {"inputTokens": 150, "cachedReadTokens": 40}, {"inputTokens": 160}):
+        turn = Turn(INVALID_SPAN, Context(), "s", False, "copilot")
+        turn.profile, turn.usage_totals = BY_KEY["copilot-cli"], totals
+        take_usage(turn, {"usage": usage})
+        shares.append(turn.usage)
+    cached = "gen_ai.usage.cache_read.input_tokens"
+    assert shares == [{INPUT: 100}, {INPUT: 50, cached: 40}, {INPUT: 10}]
+
+
+def test_the_running_totals_of_at_most_1024_sessions_are_kept_the_oldest_forgotten_first() -> None:
+    totals: dict[str, dict[str, int]] = {}
+
+    def share(session: str, inputs: int) -> int:
+        turn = Turn(INVALID_SPAN, Context(), session, False, "copilot")
+        turn.profile, turn.usage_totals = BY_KEY["copilot-cli"], totals
+        take_usage(turn, {"usage": {"inputTokens": inputs}})
+        assert turn.usage is not None
+        return turn.usage[INPUT]
+
+    for n in range(1025):  # one session more than are remembered
+        share(f"s{n}", 100)
+    assert len(totals) == 1024 and "s0" not in totals
+    assert share("s1", 130) == 30  # still known
+    assert share("s0", 100) == 100  # forgotten: its report taken whole
+
+
+def test_gemini_clis_counts_from_its_own_meta_and_a_second_report_in_a_turn() -> None:
+    def usage_of(*sources: dict[str, Any]) -> dict[str, Any]:
+        turn = Turn(INVALID_SPAN, Context(), "s", False, "gemini")
+        turn.profile = BY_KEY["gemini-cli"]
+        for source in sources:
+            take_usage(turn, source)
+        attributes: dict[str, Any] = {}
+        usage_attributes(turn, attributes)
+        return attributes
+
+    meta = {"_meta": {"quota": {"token_count": {"input_tokens": 70, "output_tokens": 9}}}}
+    assert usage_of(meta) == {INPUT: 70, OUTPUT: 9, "acp.usage.source": "agent_meta"}
+    acp_usage = {"usage": {"inputTokens": 80, "outputTokens": 10}}
+    assert usage_of({**meta, **acp_usage}) == {INPUT: 80, OUTPUT: 10, "acp.usage.source": "turn"}
+    assert usage_of({"_meta": {"quota": {}}}) == {} and usage_of({"stopReason": "end_turn"}) == {}
+    # A second report in the same turn (a v2 idle update, then the result): its counts win.
+    assert usage_of(meta, {"usage": {"outputTokens": 12}}) == {INPUT: 70, OUTPUT: 12, "acp.usage.source": "turn"}
+    # An agent whose profile has no such place: nothing from its _meta.
+    turn = Turn(INVALID_SPAN, Context(), "s", False, "other")
+    take_usage(turn, meta)
+    assert turn.usage is None and turn.usage_source is None
