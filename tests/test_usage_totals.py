@@ -107,3 +107,16 @@ def test_gemini_clis_counts_from_its_own_meta_and_a_second_report_in_a_turn() ->
     turn = Turn(INVALID_SPAN, Context(), "s", False, "other")
     take_usage(turn, meta)
     assert turn.usage is None and turn.usage_source is None
+
+
+def test_a_last_model_calls_counts_go_under_names_of_their_own() -> None:
+    turn = Turn(INVALID_SPAN, Context(), "s", False, "opencode")
+    turn.profile = BY_KEY["opencode"]
+    take_usage(turn, {"usage": {"inputTokens": 30, "outputTokens": 4}})
+    attributes: dict[str, Any] = {}
+    usage_attributes(turn, attributes)
+    assert attributes == {
+        "acp.usage.last_call.input_tokens": 30,
+        "acp.usage.last_call.output_tokens": 4,
+        "acp.usage.source": "last_call",
+    }
