@@ -120,3 +120,21 @@ def test_a_last_model_calls_counts_go_under_names_of_their_own() -> None:
         "acp.usage.last_call.output_tokens": 4,
         "acp.usage.source": "last_call",
     }
+
+
+def test_the_cumulative_costs_of_at_most_1024_sessions_are_kept_the_oldest_forgotten_first() -> None:
+    from acp_otel._usage import note_usage_update
+
+    costs: dict[str, tuple[float, str]] = {}
+
+    def spent(session: str, amount: float) -> float | None:
+        turn = Turn(INVALID_SPAN, Context(), session, False, "agent")
+        turn.costs = costs
+        note_usage_update(turn, {"sessionUpdate": "usage_update", "cost": {"amount": amount, "currency": "USD"}})
+        return turn.cost
+
+    for n in range(1025):  # one session more than are remembered
+        spent(f"s{n}", 1.0)
+    assert len(costs) == 1024 and "s0" not in costs
+    assert spent("s1", 1.5) == 0.5  # still known
+    assert spent("s0", 1.0) == 1.0  # forgotten: counted from zero
