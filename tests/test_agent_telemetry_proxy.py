@@ -270,7 +270,9 @@ async def test_two_sessions_at_once_joined_by_their_session_attribute() -> None:
         spans = backend.spans()
     turns = {t["attributes"]["gen_ai.conversation.id"]: t for t in _turns(spans)}
     assert set(turns) == set(run.extra["sessions"])
-    for model in _agent(spans, "invoke_model"):
+    models = _agent(spans, "invoke_model")
+    assert len(models) == 2
+    for model in models:
         turn = turns[model["attributes"]["gen_ai.conversation.id"]]
         assert (model["trace_id"], model["parent"]) == (turn["trace_id"], turn["span_id"])
 
@@ -287,7 +289,9 @@ async def test_two_sessions_at_once_without_a_session_attribute_left_alone_and_l
     for model in models:
         assert model["parent"] is None and model["trace_id"] not in {t for t, _ in turns}
         assert set(model["links"]) == turns
-    for chat in _agent(spans, "chat scripted"):  # the subtree stays with its topmost span
+    chats = _agent(spans, "chat scripted")
+    assert len(chats) == 2
+    for chat in chats:  # the subtree stays with its topmost span
         assert chat["parent"] in {m["span_id"] for m in models} and not chat["links"]
 
 
@@ -448,6 +452,8 @@ def test_receiver_refuses_what_it_cannot_read(receiver: Any) -> None:
     assert _post(server.port, "/v1/traces", b"{not json", {"Content-Type": "application/json"})[0] == 400
     assert _post(server.port, "/v1/elsewhere", b"", {})[0] == 404
     assert got == [] and server.rejected == 2
+    (said,) = server.problems()  # what the proxy's exit line says
+    assert said.startswith("2 of the agent's export requests refused by the proxy's receiver (traces: not an OTLP/")
 
 
 # ---------------------------------------------------------------------- the joiner's hold bound

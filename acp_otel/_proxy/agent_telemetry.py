@@ -277,13 +277,14 @@ class AgentTelemetry:
             sys.stderr.write("acp-otel proxy: telemetry: " + "; ".join(found) + "\n")
 
     def problems(self) -> list[str]:
-        """What was not forwarded (said once: later calls return nothing)."""
+        """What was refused or not forwarded (said once: later calls return nothing)."""
         if self._finishing is not None:
             self._finishing.join(max(0.0, self._deadline - time.monotonic()) + 0.05)
         if self._reported or self._forwarder is None:
             return []
         self._reported = True
-        return list(self._forwarder.problems())
+        refused = self._receiver.problems() if self._receiver is not None else []
+        return [*refused, *self._forwarder.problems()]
 
 
 def _say_left_out(count: int) -> None:

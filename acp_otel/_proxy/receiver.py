@@ -5,7 +5,8 @@ deflate (``Content-Encoding``), with a ``Content-Length`` or chunked. Every deco
 message)``, which must not block (the forwarder queues it); the answer is an empty export response (full
 success) in the request's encoding, even when the sink dropped the request: an agent that retries would only
 make things worse, and the loss is the proxy's to report. A body that cannot be decoded gets 400 (413 when too
-large); another path 404. gRPC is not served: the agents' own switches select OTLP/HTTP.
+large), counted, and said in the proxy's exit line (:meth:`Receiver.problems`); another path 404. gRPC is not
+served: the agents' own switches select OTLP/HTTP.
 
 The listening socket is bound by the caller (before the agent is spawned, so that its address can be put in the
 agent's environment); the server runs in a thread of its own, each connection in another.
@@ -25,6 +26,8 @@ from .otlp_codec import MAX_BODY_BYTES, BadRequest, decode, decompress, is_json,
 _log = logging.getLogger("acp_otel")
 
 Sink = Callable[[str, Any], None]
+MAX_REASON = 160
+"""Characters of a refusal's reason said in the exit line (a decoder's message can quote the body)."""
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -45,6 +48,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             message = decode(signal, body, json_body)
         except BadRequest as exc:
             self.server.rejected += 1
+            if not self.server.first_refusal:
+                self.server.first_refusal = f"{signal}: {str(exc)[:MAX_REASON]}"
             self._answer(413 if exc.too_large else 400, str(exc).encode("utf-8", "replace"), "text/plain")
             return
         try:
@@ -99,6 +104,7 @@ class _Server(http.server.ThreadingHTTPServer):
     daemon_threads = True
     sink: Sink
     rejected: int
+    first_refusal: str
 
 
 class Receiver:
@@ -111,6 +117,7 @@ class Receiver:
         server.server_address = listener.getsockname()[:2]
         server.sink = sink
         server.rejected = 0
+        server.first_refusal = ""
         self._server = server
         self._thread = threading.Thread(
             target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="acp-otel-receiver", daemon=True
@@ -125,6 +132,14 @@ class Receiver:
     def rejected(self) -> int:
         """Requests answered 400 or 413."""
         return self._server.rejected
+
+    def problems(self) -> list[str]:
+        """The requests refused, as one sentence of the proxy's exit line (none refused: nothing)."""
+        refused = self._server.rejected
+        if not refused:
+            return []
+        what = "export request" if refused == 1 else "export requests"
+        return [f"{refused} of the agent's {what} refused by the proxy's receiver ({self._server.first_refusal})"]
 
     def close(self) -> None:
         """Stop accepting; requests being read finish in their own threads."""

@@ -131,9 +131,10 @@ async def _proxied(
     sink: Sink,
     script: Script,
     prefix: tuple[str, ...] = (),
+    capture: bool = False,
 ) -> tuple[Run, list[dict[str, str]], str]:
-    """One turn through the proxy (the agent's command after ``prefix``); the environments of the agent's processes
-    (seen before the prompt) and the backend's secret header value."""
+    """One turn through the proxy (the agent's command after ``prefix``; ``--capture-content`` with ``capture``); the
+    environments of the agent's processes (seen before the prompt) and the backend's secret header value."""
     agent, home = _agent(name, tmp_path, model, "on" if option else "off")
     agent.command[:0] = prefix
     secret = f"backend-secret-{uuid.uuid4().hex}"
@@ -150,7 +151,7 @@ async def _proxied(
         model.begin_turn()
         environs.extend(_agent_environs(home))
 
-    args = [*PROXY_ARGS, *(["--agent-telemetry"] if option else [])]
+    args = [*PROXY_ARGS, *(["--agent-telemetry"] if option else []), *(["--capture-content"] if capture else [])]
     try:
         run = await run_turn(
             agent.command,
@@ -310,4 +311,85 @@ async def test_settings_in_the_agents_command_are_the_agents(
     check({e.get("OTEL_EXPORTER_OTLP_ENDPOINT") for e in environs} == {sink.endpoint}, "the command's endpoint")
     leaked = [k for env in environs for k, v in env.items() if secret in v]
     check(not leaked, "no backend header in the agent's environment", leaked)
+    check.done()
+
+
+# ---------------------------------------------------------------------- content keys and switches (the witnesses)
+
+# Each agent's content switches in its running process: (variable, value with capture on, value with capture off).
+CONTENT_SWITCHES = {
+    "gemini": (("GEMINI_TELEMETRY_LOG_PROMPTS", "true", "false"),),
+    "qwen": (
+        ("QWEN_TELEMETRY_LOG_PROMPTS", "true", "false"),
+        ("QWEN_TELEMETRY_INCLUDE_SENSITIVE_SPAN_ATTRIBUTES", "true", "false"),
+    ),
+}
+PROFILE = {"gemini": "gemini-cli", "qwen": "qwen-code"}
+
+
+def _carriers(sink: Sink, canary: str) -> set[str]:
+    """Where the canary reached the backend in the agent's own telemetry (the proxy's, with capture on, carries it
+    too): ``span KEY``, ``span event KEY``, ``log KEY``, ``log body EVENT``."""
+    from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans
+
+    found = set()
+    for service, body in list(sink.raw):
+        if service == PROXY_SERVICE:
+            continue
+        for scope in ResourceSpans.FromString(body).scope_spans:
+            for span in scope.spans:
+                found |= {f"span {kv.key}" for kv in span.attributes if canary.encode() in kv.SerializeToString()}
+                for event in span.events:
+                    found |= {f"span event {kv.key}" for kv in event.attributes if canary in str(kv.value)}
+    for path, body in list(sink.other):
+        if path.endswith("/v1/logs"):
+            for resource in _decode(path, body).resource_logs:
+                names = {str(_value(kv.value)) for kv in resource.resource.attributes if kv.key == "service.name"}
+                if PROXY_SERVICE in names:
+                    continue
+                for scope in resource.scope_logs:
+                    for record in scope.log_records:
+                        found |= {f"log {kv.key}" for kv in record.attributes if canary in str(kv.value)}
+                        if canary in str(record.body):
+                            name = record.event_name or next(
+                                (kv.value.string_value for kv in record.attributes if kv.key == "event.name"), ""
+                            )
+                            found.add(f"log body {name}")
+    return found
+
+
+@pytest.mark.parametrize("name", ["gemini", "qwen"])
+async def test_the_agents_content_keys_and_switches(
+    name: str, tmp_path: Path, model: ModelServer, sink: Sink, script: Script
+) -> None:
+    """Gemini CLI's and Qwen Code's content (the turn's canaries in the prompt, the files and the command): with
+    capture on it reaches the backend, under keys the scrubber knows as content for that agent, and the agent
+    process has its content switches on; with capture off, off (the scrubber's own checks are
+    ``test_agent_telemetry_on``'s: none of it at the backend)."""
+    from acp_otel._proxy.agent_content import AGENT_KEYS, CONTENT_EVENTS, CONVENTION_KEYS, CONVENTION_PREFIXES
+
+    check = Checks()
+    run, environs, _secret = await _proxied(name, True, tmp_path, model, sink, script, capture=True)
+    sink.wait_for(lambda s: any(x.name == MODEL_CALL[name] for x in s), timeout=60)
+    _wait(sink, lambda: _services(sink, "logs") - {PROXY_SERVICE}, "the agent's logs")
+    for variable, on, _off in CONTENT_SWITCHES[name]:
+        check({env.get(variable) for env in environs} == {on}, f"{variable}={on} with capture on", environs[0])
+    carriers = _carriers(sink, script.canary)
+    check(bool(carriers), "the content reaches the backend with capture on", carriers)
+    known = CONVENTION_KEYS | AGENT_KEYS[PROFILE[name]]
+
+    def scrubbed(where: str) -> bool:
+        key = where.rpartition(" ")[2]
+        if where.startswith("log body"):
+            return key in CONTENT_EVENTS
+        return key in known or key.startswith(CONVENTION_PREFIXES)
+
+    check(all(scrubbed(w) for w in carriers), "every key that carries content is one the scrubber removes", carriers)
+    del run
+    off_path = tmp_path / "off"
+    off_path.mkdir()
+    script.write_path.unlink(missing_ok=True)  # the same scripted turn again
+    _run, environs, _secret = await _proxied(name, True, off_path, model, sink, script)
+    for variable, _on, off in CONTENT_SWITCHES[name]:
+        check({env.get(variable) for env in environs} == {off}, f"{variable}={off} with capture off", environs[0])
     check.done()
