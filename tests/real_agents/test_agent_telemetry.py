@@ -36,21 +36,35 @@ from test_real_agents import PROXY_ARGS, PROXY_SERVICE, Checks, by_id, make_agen
 pytestmark = pytest.mark.timeout(600)
 
 AGENTS = ["gemini", "opencode", "qwen"]
+# With the option on only: Claude Code's adapter (its spans and log events) and fast-agent (its spans).
+AGENTS_ON = [*AGENTS, "claude", "fast_agent"]
 # Each agent's span per model call (as its own telemetry names it).
-MODEL_CALL = {"gemini": "llm_call", "opencode": "LLM.run", "qwen": "qwen-code.llm_request"}
+MODEL_CALL = {
+    "gemini": "llm_call",
+    "opencode": "LLM.run",
+    "qwen": "qwen-code.llm_request",
+    "claude": "claude_code.llm_request",
+    "fast_agent": "openai.chat",
+}
 # The agent's own spans that report a tool call, and the attribute holding the ACP tool call id there.
 TOOL_REPORT = {
     "gemini": ({}, ""),
     "opencode": ({"Tool.execute"}, "tool.call_id"),
     "qwen": ({"qwen-code.tool"}, "gen_ai.tool.call.id"),
+    "claude": ({}, ""),
+    "fast_agent": ({}, ""),
 }
-HAS_METRICS = {"gemini", "qwen"}  # OpenCode exports traces and logs only
+HAS_LOGS = {"gemini", "opencode", "qwen", "claude"}  # fast-agent exports traces only
+HAS_METRICS = {"gemini", "qwen"}  # OpenCode exports traces and logs only; Claude Code's come every 5 s
 # Where the agent's own spans carry the ACP session id (its profile's session keys): (span name, attribute).
 SESSION_ID = {
     "gemini": ("llm_call", "gen_ai.conversation.id"),
     "opencode": ("Tool.execute", "session.id"),
     "qwen": ("qwen-code.llm_request", "gen_ai.conversation.id"),
 }
+# Tool calls the agent makes of the script's three: fast-agent's write tool first reads the file it writes (the
+# editor answers that it does not exist), and it has no terminal.
+TOOL_CALLS = {"fast_agent": 2}
 
 
 def _agent(name: str, tmp_path: Path, model: ModelServer, tag: str) -> tuple[agents.Agent, Path]:
@@ -129,9 +143,10 @@ async def _proxied(
     sink: Sink,
     script: Script,
     prefix: tuple[str, ...] = (),
+    tool_calls: int = 3,
 ) -> tuple[Run, list[dict[str, str]], str]:
-    """One turn through the proxy (the agent's command after ``prefix``); the environments of the agent's processes
-    (seen before the prompt) and the backend's secret header value."""
+    """One turn through the proxy (the agent's command after ``prefix``) making at least ``tool_calls`` tool calls;
+    the environments of the agent's processes (seen before the prompt) and the backend's secret header value."""
     agent, home = _agent(name, tmp_path, model, "on" if option else "off")
     agent.command[:0] = prefix
     secret = f"backend-secret-{uuid.uuid4().hex}"
@@ -164,7 +179,7 @@ async def _proxied(
     finally:
         agents.end_leftovers(home)
     assert run.result is not None and run.result.stop_reason == "end_turn", (run.stderr[-3000:], model.unknown_tools)
-    assert len(run.tool_call_ids()) == 3, run.tool_call_ids()
+    assert len(run.tool_call_ids()) >= tool_calls, run.tool_call_ids()
     assert environs, "no agent process found while the turn ran"
     return run, environs, secret
 
@@ -190,15 +205,16 @@ def _reports_of(tool_call_id: str, name: str, spans: list[Span]) -> list[Span]:
     return proxy + own
 
 
-@pytest.mark.parametrize("name", AGENTS)
+@pytest.mark.parametrize("name", AGENTS_ON)
 async def test_agent_telemetry_on(name: str, tmp_path: Path, model: ModelServer, sink: Sink, script: Script) -> None:
-    run, environs, secret = await _proxied(name, True, tmp_path, model, sink, script)
+    run, environs, secret = await _proxied(name, True, tmp_path, model, sink, script, tool_calls=TOOL_CALLS.get(name, 3))
     model_call = MODEL_CALL[name]
     spans = sink.wait_for(
         lambda s: any(x.name == model_call for x in s) and turn_of([x for x in s if x.service == PROXY_SERVICE]),
         timeout=60,
     )
-    _wait(sink, lambda: _services(sink, "logs") - {PROXY_SERVICE}, "the agent's logs")
+    if name in HAS_LOGS:
+        _wait(sink, lambda: _services(sink, "logs") - {PROXY_SERVICE}, "the agent's logs")
     if name in HAS_METRICS:
         _wait(sink, lambda: _services(sink, "metrics") - {PROXY_SERVICE}, "the agent's metrics")
     spans = sink.snapshot()
@@ -217,9 +233,10 @@ async def test_agent_telemetry_on(name: str, tmp_path: Path, model: ModelServer,
     check(all(_under(s, turn, index) for s in in_turn), "the model calls under the turn span", in_turn)
     if name in ("gemini", "qwen"):  # their model-call spans carry the tokens
         check(all("gen_ai.usage.input_tokens" in s.attributes for s in in_turn), "tokens on the model calls", in_turn)
-    span_name, key = SESSION_ID[name]
-    sessions = {s.attributes.get(key) for s in spans if s.name == span_name and s.service != PROXY_SERVICE}
-    check(sessions == {run.session_id}, "the ACP session id on the agent's spans", [sessions, run.session_id])
+    if name in SESSION_ID:
+        span_name, key = SESSION_ID[name]
+        sessions = {s.attributes.get(key) for s in spans if s.name == span_name and s.service != PROXY_SERVICE}
+        check(sessions == {run.session_id}, "the ACP session id on the agent's spans", [sessions, run.session_id])
     check(all(h.get("x-backend-key") == secret for _, h in sink.headers), "the backend header on every export")
     _no_backend_settings(check, environs, secret)
     receivers = {env.get("OTEL_EXPORTER_OTLP_ENDPOINT") for env in environs}
