@@ -16,6 +16,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from ._agent_span_maps import SPAN_MAPS, SpanMap
 from ._agent_switches import ALIASES, CONTENT_SWITCHES, PARENT_META_KEYS, SWITCHES, normalized
 
 # Where a tool call's name is when ACP's own ``name`` is absent: the first title taken whole when it is a plain
@@ -60,6 +61,8 @@ class AgentTelemetry:
     reports_usage: bool = False
     # ``_meta`` keys of ``session/prompt`` it takes a trace parent from (it continues the caller's trace itself).
     parent_meta_keys: tuple[str, ...] = ()
+    # What the proxy adds to its spans for the GenAI conventions (:mod:`acp_otel._agent_span_maps`).
+    span_maps: tuple[SpanMap, ...] = ()
     seen: bool = False  # run here against a sink (True), or read in its source only
     # For the docs' table (for people): what it emits, what content it can carry.
     emits: str = ""
@@ -186,6 +189,7 @@ PROFILES: tuple[AgentProfile, ...] = (
             content_switches=CONTENT_SWITCHES["gemini-cli"],
             session_id_keys=("gen_ai.conversation.id", "session.id"),
             reports_usage=True,
+            span_maps=SPAN_MAPS["gemini-cli"],
             seen=True,
             emits="spans `llm_call` (tokens); log events (`gemini_cli.*`, "
             "`gen_ai.client.inference.operation.details`); metrics",
@@ -207,6 +211,7 @@ PROFILES: tuple[AgentProfile, ...] = (
             session_id_keys=("session.id",),
             tool_call_id_keys=("tool.call_id",),
             reports_tool_calls=True,
+            span_maps=SPAN_MAPS["opencode"],
             seen=True,
             emits="about a thousand spans a turn (`Tool.execute` per tool call, `LLM.run` per model call without "
             "tokens, SQL, HTTP, plugins), one trace per process whose root it never exports; INFO log lines",

@@ -83,7 +83,8 @@ def service_name_for_command(command: str, args: Sequence[str] = ()) -> str:
     -> ``kimi_cli``: a generic last part gives way to the package); ``node dist/agent.js`` -> ``agent``;
     ``node .../claude-agent-acp/dist/index.js`` -> ``claude-agent-acp`` (a generic script name gives way
     to its package: the ``name`` of the nearest ``package.json``, else the directory above the build
-    directory); wrappers are unwrapped: ``env A=1 CMD``, ``bash -c "CMD"``, ``uv run CMD``; package
+    directory; so does the script of a known agent's package: ``node .../@qwen-code/qwen-code/cli-entry.js``
+    -> ``qwen-code``); wrappers are unwrapped: ``env A=1 CMD``, ``bash -c "CMD"``, ``uv run CMD``; package
     runners name the package: ``npx -y @scope/pkg@1`` -> ``pkg``, ``uvx kimi-cli`` -> ``kimi-cli``;
     ``acp-otel proxy -- CMD`` -> ``<CMD's name>-proxy``; a plain binary -> its basename without
     directory or ``.exe``-like suffix (``/usr/local/bin/gemini`` -> ``gemini``); ``opentelemetry-instrument
@@ -271,7 +272,7 @@ def _python_target(args: Sequence[str]) -> str | None:
         name = _strip_suffix(_basename(arg))
         if name in _GENERIC_NAMES:
             return _package_of_script(arg) or name or None
-        return name or None
+        return _known_agent_package(name, arg) or name or None
     return None
 
 
@@ -282,8 +283,19 @@ def _node_target(args: Sequence[str]) -> str | None:
         name = _strip_suffix(_basename(arg))
         if name.lower() in _GENERIC_NAMES:
             return _package_of_script(arg) or name or None
-        return name or None
+        return _known_agent_package(name, arg) or name or None
     return None
+
+
+def _known_agent_package(name: str, script: str) -> str | None:
+    """The package ``script`` belongs to when that is a known agent's and the script's own ``name`` is not
+    (``node …/@qwen-code/qwen-code/cli-entry.js`` -> ``qwen-code``): the service is named after the agent."""
+    from ._agent_switches import key_of  # here: a light data module, needed only for scripts
+
+    if key_of(name) is not None:
+        return None
+    package = _package_of_script(script)
+    return package if package and key_of(package) is not None else None
 
 
 def _package_of_script(script: str) -> str | None:

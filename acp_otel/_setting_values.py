@@ -8,3 +8,6 @@ NOTIFICATION_SPAN_MODES = ("turn", "all", "none", "events")
 TOOL_SPAN_MODES = ("auto", "always", "never")
 # auto: the side closest to the agent reports token usage, cost and context window; always / never override.
 USAGE_MODES = ("auto", "always", "never")
+# genai: the agent's own spans a user reads (model calls, tool calls, agent invocations, HTTP client calls inside
+# them, their ancestors); all: every span it sends.
+AGENT_TELEMETRY_SPAN_MODES = ("genai", "all")

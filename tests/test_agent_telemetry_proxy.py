@@ -28,13 +28,18 @@ OTEL_AGENT = [sys.executable, str(PEERS / "otel_agent.py")]
 HEADER = ("x-backend-key", "sekret-4711")
 
 
-def _env(endpoint: str, **extra: str) -> dict[str, str]:
-    return base_env(
+def _env(endpoint: str, spans: str = "all", **extra: str) -> dict[str, str]:
+    """The proxy's environment; every span of the agent's forwarded (the joining is under test) unless ``spans``
+    says otherwise (``""``: the default)."""
+    env = base_env(
         OTEL_EXPORTER_OTLP_ENDPOINT=endpoint,
         OTEL_EXPORTER_OTLP_HEADERS=f"{HEADER[0]}={HEADER[1]}",
         OTEL_METRIC_EXPORT_INTERVAL="200",
         **extra,
     )
+    if spans:
+        env["OTEL_PYTHON_ACP_AGENT_TELEMETRY_SPANS"] = spans
+    return env
 
 
 def _turns(spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -48,9 +53,17 @@ def _agent(spans: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
     return [s for s in spans if s["service"] == "otel-agent" and s["name"] == name]
 
 
-async def _run(backend: Backend, agent_args: list[str], sessions: int = 1, turns: int = 1, **env: str) -> Any:
-    proxy_args = ["--service-name", "proxy", "--agent-telemetry"]
-    async with proxied_client([*OTEL_AGENT, *agent_args], _env(backend.endpoint, **env), proxy_args) as run:
+async def _run(
+    backend: Backend,
+    agent_args: list[str],
+    sessions: int = 1,
+    turns: int = 1,
+    spans: str = "all",
+    proxy_args: tuple[str, ...] = (),
+    **env: str,
+) -> Any:
+    args = ["--service-name", "proxy", "--agent-telemetry", *proxy_args]
+    async with proxied_client([*OTEL_AGENT, *agent_args], _env(backend.endpoint, spans, **env), args) as run:
         ids = [await open_session(run.conn)]
         for _ in range(sessions - 1):
             ids.append((await run.conn.new_session(cwd="/tmp", mcp_servers=[])).session_id)
@@ -158,6 +171,68 @@ async def test_agent_logs_follow_their_span_and_metrics_are_forwarded() -> None:
     assert (bare["trace_id"], bare["span_id"]) == (turn["trace_id"], turn["span_id"])
 
 
+async def test_agent_logs_exported_before_their_span_wait_for_it_and_get_its_trace() -> None:
+    with Backend() as backend:
+        run = await _run(backend, ["--logs-first"])
+        assert run.returncode == 0, run.stderr
+        assert backend.wait_for(lambda b: any(r["body"] == "model answered" for r in b.logs()))
+        spans, logs = backend.spans(), backend.logs()
+    (turn,) = _turns(spans)
+    (chat,) = _agent(spans, "chat scripted")
+    answered = next(r for r in logs if r["body"] == "model answered")
+    assert (answered["trace_id"], answered["span_id"]) == (turn["trace_id"], chat["span_id"])
+
+
+async def test_by_default_only_what_a_user_reads_is_forwarded_and_nothing_dangles() -> None:
+    with Backend() as backend:
+        run = await _run(backend, ["--internals"], turns=2, spans="", proxy_args=("-v",))
+        assert run.returncode == 0, run.stderr
+        assert backend.wait_for(lambda b: len(_agent(b.spans(), "invoke_model")) == 2)
+        assert backend.wait_for(lambda b: any(r["body"] == "row read" for r in b.logs()))
+        spans, logs = backend.spans(), backend.logs()
+    agent = [s for s in spans if s["service"] == "otel-agent"]
+    # Model calls, tool calls, the HTTP call inside a model call and their ancestors; not the internals.
+    assert sorted(s["name"] for s in agent) == sorted(
+        ["invoke_model", "chat scripted", "execute_tool read", "POST"] * 2
+    )
+    ids = {(s["trace_id"], s["span_id"]) for s in spans}
+    assert all((s["trace_id"], s["parent"]) in ids for s in agent)  # every parent forwarded: nothing dangles
+    models = {s["span_id"]: s for s in _agent(spans, "invoke_model")}
+    for post in _agent(spans, "POST"):
+        assert _agent(spans, "chat scripted")[0]["name"] and post["parent"] in {
+            c["span_id"] for c in _agent(spans, "chat scripted")
+        }
+    # A log record in a left-out span names its nearest forwarded ancestor.
+    rows = [r for r in logs if r["body"] == "row read"]
+    assert len(rows) == 2 and all(r["span_id"] in models for r in rows)
+    assert {r["trace_id"] for r in rows} == {m["trace_id"] for m in models.values()}
+    # -v says how many were left out (4 internals a turn, start-up, shutdown); the exit line is about losses only.
+    assert "acp-otel proxy: 10 of the agent's spans left out" in run.stderr, run.stderr
+    assert "acp-otel proxy: telemetry:" not in run.stderr
+
+
+@pytest.mark.parametrize("option", [False, True], ids=["option-off", "option-on"])
+async def test_a_known_agents_parent_keys_are_written_option_on_or_off(tmp_path: Any, option: bool) -> None:
+    """An agent found from its script's package (Qwen Code's ``cli-entry``, behind an ``env`` wrapper) gets its
+    own trace parent key in ``session/prompt``'s ``_meta`` beside the reserved one, whether the proxy receives its
+    telemetry or not (a user who set Qwen Code's telemetry up themselves gets its traces joined)."""
+    package = tmp_path / "node_modules" / "@qwen-code" / "qwen-code"
+    package.mkdir(parents=True)
+    (package / "package.json").write_text('{"name": "@qwen-code/qwen-code"}')
+    script = package / "cli-entry.py"
+    script.write_text((PEERS.parent / "peers" / "trace_agent.py").read_text())
+    args = ["--service-name", "proxy", *(["--agent-telemetry"] if option else [])]
+    with Backend() as backend:
+        agent = ["env", "A=1", sys.executable, str(script)]
+        async with proxied_client(agent, _env(backend.endpoint), args) as run:
+            session_id = await open_session(run.conn)
+            response = await prompt(run.conn, session_id, "echo-meta")
+        assert run.returncode == 0, run.stderr
+    seen = response.field_meta["kwargs"]
+    assert sorted(seen) == ["qwen.telemetry.traceparent", "traceparent"]
+    assert seen["qwen.telemetry.traceparent"] == seen["traceparent"]
+
+
 async def test_an_agent_that_exports_only_at_exit_still_gets_its_spans_joined() -> None:
     with Backend() as backend:
         run = await _run(backend, ["--export-at-exit"])
@@ -202,7 +277,12 @@ async def test_forwarded_over_grpc_when_the_proxy_exports_grpc() -> None:
     from otlp_grpc_receiver import GrpcOtlpReceiver
 
     with GrpcOtlpReceiver() as backend:
-        env = base_env(**backend.exporter_env(), OTEL_METRICS_EXPORTER="none", OTEL_LOGS_EXPORTER="none")
+        env = base_env(
+            **backend.exporter_env(),
+            OTEL_METRICS_EXPORTER="none",
+            OTEL_LOGS_EXPORTER="none",
+            OTEL_PYTHON_ACP_AGENT_TELEMETRY_SPANS="all",
+        )
         async with proxied_client(OTEL_AGENT, env, ["--service-name", "proxy", "--agent-telemetry"]) as run:
             session_id = await open_session(run.conn)
             await prompt(run.conn, session_id, "hi")
@@ -253,6 +333,24 @@ def test_the_option_is_off_unless_the_flag_or_the_variable_turns_it_on() -> None
     assert parsed([], {"OTEL_PYTHON_ACP_AGENT_TELEMETRY": "off"}) is False
     assert parsed(["--agent-telemetry"], {}) is True
     assert parsed(["--no-agent-telemetry"], {"OTEL_PYTHON_ACP_AGENT_TELEMETRY": "on"}) is False
+
+
+def test_the_agents_spans_forwarded_are_what_a_user_reads_unless_the_flag_or_the_variable_says_all() -> None:
+    from acp_otel._proxy.options import options_from_args, plain_command
+    from acp_otel.cli import build_parser
+
+    def parsed(flags: list[str], environ: dict[str, str]) -> str:
+        args = build_parser().parse_args(["proxy", *flags, "--", "agent"])
+        return options_from_args(args, environ).agent_telemetry_spans
+
+    variable = "OTEL_PYTHON_ACP_AGENT_TELEMETRY_SPANS"
+    assert parsed([], {}) == "genai"
+    assert parsed([], {variable: "all"}) == "all"
+    assert parsed([], {variable: "bogus"}) == "genai"
+    assert parsed(["--agent-telemetry-spans", "all"], {}) == "all"
+    assert parsed(["--agent-telemetry-spans", "genai"], {variable: "all"}) == "genai"
+    plain = plain_command(["--", "agent"], {variable: "ALL"})
+    assert plain is not None and plain.agent_telemetry_spans == "all"
 
 
 # ---------------------------------------------------------------------- the receiver over a real socket

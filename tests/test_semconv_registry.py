@@ -73,6 +73,7 @@ NOT_IN_THIS_RUN = {
     "acp.turn.ended_by": "a turn without its answer: test_agent_v2.py",
     "acp.session.update.dropped.count": "events beyond max_events_per_span: test_notification_spans.py",
     "acp.relay.service.name": "the agent's own telemetry forwarded by the proxy: test_agent_telemetry_proxy.py",
+    "acp.agent_span.operation.name": "an agent's span the proxy maps: test_agent_span_maps.py",
     **{
         f"acp.usage.last_call.{n}": "an agent that reports its last model call: test_agent_profiles.py"
         for n in (

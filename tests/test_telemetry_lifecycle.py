@@ -225,6 +225,27 @@ def test_the_agent_telemetry_switches_of_a_known_agent() -> None:
     assert not [k for k in ce.proxy_agent_environment({}, GEMINI) if k.startswith(("GEMINI_", "OTEL_EXPORTER_"))]
 
 
+def _package(root: Path, name: str, script: str) -> Path:
+    directory = root / "node_modules" / name
+    directory.mkdir(parents=True)
+    (directory / "package.json").write_text(json.dumps({"name": name}))
+    (directory / script).write_text("")
+    return directory / script
+
+
+def test_a_known_agents_script_names_its_service_after_the_agent(tmp_path: Path) -> None:
+    """Qwen Code runs as ``node …/@qwen-code/qwen-code/cli-entry.js``: its service (and the proxy's) is named after
+    the agent, its package, also through an ``env`` wrapper; another package's script keeps its own name."""
+    qwen = str(_package(tmp_path, "@qwen-code/qwen-code", "cli-entry.js"))
+    for command in (["node", qwen, "--acp"], ["env", "A=1", "node", qwen, "--acp"]):
+        assert ce.service_name_for_command(command[0], command[1:]) == "qwen-code"
+        assert ce.proxy_agent_environment({}, command)["OTEL_SERVICE_NAME"] == "qwen-code"
+        assert ce.proxy_service_name(command) == "qwen-code-proxy"
+        assert ce.command_name(command) == "qwen-code"
+    other = str(_package(tmp_path, "some-tool", "cli-entry.js"))
+    assert ce.service_name_for_command("node", [other]) == "cli-entry"
+
+
 def test_an_unknown_agent_gets_the_standard_variables_only() -> None:
     env = ce.agent_telemetry_variables(["/usr/local/bin/my-agent", "--acp"], "http://127.0.0.1:1", False)
     assert env == {

@@ -17,6 +17,8 @@ import threading
 import time
 from collections import deque
 
+from .agent_profile_view import AgentProfileView
+
 TYPE_CHECKING = False  # not typing's: imported before the agent starts (type checkers see True)
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -48,20 +50,19 @@ class AgentTelemetry:
         self.endpoint = f"http://127.0.0.1:{listener.getsockname()[1]}"
         self._relay_name = relay_name
         self.capture_content = capture_content
-        self._command = command
+        self.all_spans = False  # forward every span of the agent's (else only what a user reads: .span_filter)
+        self._profile = AgentProfileView(command)
         # The turns' starts and ends, appended by the relay's threads (never blocked: a deque's append takes no
         # lock of ours) and handed to the joiner before each request it joins, and every RELEASE_EVERY_S.
         self._turn_events: deque[tuple[int, Any, int]] = deque(maxlen=MAX_TURN_EVENTS)
         self._drain_lock = threading.Lock()
-        self._telemetry: Any = False  # the profile's AgentTelemetry, looked up once (False: not yet)
         self._joiner: Any = None
+        self._mapper: Any = None
         self._forwarder: Any = None
         self._receiver: Any = None
         self._signals: tuple[str, ...] = ()
         self._scrub: tuple[Any, Any] | None = None
-        self._profile_name: str | None = None
         self._on_facts: Callable[[bool, bool], None] | None = None
-        self._engine_profile: Callable[[], Any] | None = None
         self._ready = threading.Event()
         self._stop = threading.Event()
         self._wake: tuple[int, int] | None = None  # a pipe: the agent has exited (see _start)
@@ -97,9 +98,11 @@ class AgentTelemetry:
             from .forwarder import Forwarder, forwarded_signals
             from .joiner import Joiner
             from .receiver import Receiver
+            from .span_mapping import SpanMapper
 
-            session_keys, tool_keys = self._profile_keys()
-            joiner = Joiner(session_keys, tool_keys, self._facts)
+            session_keys, tool_keys, maps = self._profile.keys()
+            self._mapper = SpanMapper(maps)
+            joiner = Joiner(session_keys, tool_keys, self._facts, all_spans=self.all_spans)
             joiner.on_tool_span = self._tool_seen
             self._signals = forwarded_signals()
             self._forwarder = Forwarder()
@@ -116,40 +119,9 @@ class AgentTelemetry:
         finally:
             self._ready.set()
 
-    def _profile_keys(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        """The span attributes the agent's profile says carry the session id and tool call id (if it says): the
-        profile the engine settled on (``initialize``'s ``agentInfo``, by the agent's first export), else the
-        command's."""
-        telemetry = self.profile_telemetry()
-        try:
-            profile = self._engine_profile() if self._engine_profile is not None else None
-            if profile is not None and getattr(profile, "key", "none") != "none":  # UNKNOWN's key
-                from .._agent_profiles import telemetry_of
-
-                telemetry, self._profile_name = telemetry_of(profile), profile.key
-        except Exception:
-            pass
-        return tuple(getattr(telemetry, "session_id_keys", ())), tuple(getattr(telemetry, "tool_call_id_keys", ()))
-
     def profile_telemetry(self) -> Any:
         """What the profile the agent's command names says of its own telemetry (``None``: nothing known)."""
-        if self._telemetry is False:
-            self._telemetry = None
-            try:
-                from .._agent_profiles import identify, telemetry_of
-                from .._child_env import command_name
-
-                profile = identify(command_name(self._command))
-                self._profile_name = profile.key if profile is not None else None
-                self._telemetry = telemetry_of(profile)
-            except Exception:
-                pass
-        return self._telemetry
-
-    def extra_trace_keys(self) -> tuple[str, ...]:
-        """The ``_meta`` keys the agent takes a trace parent from (its profile's), written without being asked:
-        its spans then start in the turn's trace by themselves (unknown ``_meta`` keys are ignored by others)."""
-        return tuple(getattr(self.profile_telemetry(), "parent_meta_keys", ()))
+        return self._profile.of_command()
 
     # ------------------------------------------------------------------ the engine's side
 
@@ -183,7 +155,7 @@ class AgentTelemetry:
         once when the agent's profile says so (an agent seen doing it here); otherwise once its spans show it.
         ``profile()``: the agent's profile as the engine knows it."""
         self._on_facts = on_facts
-        self._engine_profile = profile
+        self._profile.engine_profile = profile
         telemetry = self.profile_telemetry()
         if telemetry is not None and telemetry.seen and (telemetry.reports_tool_calls or telemetry.reports_usage):
             on_facts(bool(telemetry.reports_tool_calls), bool(telemetry.reports_usage))
@@ -220,6 +192,7 @@ class AgentTelemetry:
         joiner = self._joiner_now()
         try:
             if signal == "traces" and joiner is not None:
+                self._mapper.apply(message)
                 joiner.join_spans(message)
             elif signal == "logs" and joiner is not None:
                 joiner.join_logs(message)
@@ -228,13 +201,24 @@ class AgentTelemetry:
 
             logging.getLogger("acp_otel").debug("acp_otel proxy: could not join the agent's %s", signal, exc_info=True)
         self._forward(signal, message)
+        if signal == "traces" and joiner is not None:
+            self._release_logs(joiner, False)
+
+    def _release_logs(self, joiner: Any, everything: bool) -> None:
+        """Forward the log records that waited for their span (come now, or past their bound)."""
+        try:
+            logs = joiner.ready_logs(everything)
+        except Exception:
+            return
+        if logs is not None:
+            self._forward("logs", logs)
 
     def _forward(self, signal: str, message: Any) -> None:
         if signal not in self._signals:
             return
         scrub = self._scrub
         if scrub is not None and signal in ("traces", "logs"):
-            (scrub[0] if signal == "traces" else scrub[1])(message, self.capture_content, self._profile_name)
+            (scrub[0] if signal == "traces" else scrub[1])(message, self.capture_content, self._profile.name)
         from .forwarder import mark_relay
 
         mark_relay(signal, message, self._relay_name)
@@ -251,6 +235,7 @@ class AgentTelemetry:
         request = joiner.release(everything)
         if request is not None:
             self._forward("traces", request)
+        self._release_logs(joiner, everything)
 
     # ------------------------------------------------------------------ exit
 
@@ -275,6 +260,15 @@ class AgentTelemetry:
             self._release(True)
         finally:
             self._joined.set()
+        joiner = self._joiner
+        if joiner is not None and not self.all_spans:
+            import logging
+
+            logging.getLogger("acp_otel").debug(
+                "acp_otel proxy: %d of the agent's spans left out, not what a user reads "
+                "(--agent-telemetry-spans all forwards them)",
+                joiner.spans_left_out,
+            )
         if self._forwarder is not None:
             self._forwarder.close(deadline)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from .._setting_values import NOTIFICATION_SPAN_MODES, TOOL_SPAN_MODES
+from .._setting_values import AGENT_TELEMETRY_SPAN_MODES, NOTIFICATION_SPAN_MODES, TOOL_SPAN_MODES
 
 TYPE_CHECKING = False  # not typing's: this module is imported before the agent starts (type checkers see True)
 if TYPE_CHECKING:
@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 ENV_DEBUG = "OTEL_PYTHON_ACP_PROXY_DEBUG"
 ENV_AGENT_TELEMETRY = "OTEL_PYTHON_ACP_AGENT_TELEMETRY"
+ENV_AGENT_TELEMETRY_SPANS = "OTEL_PYTHON_ACP_AGENT_TELEMETRY_SPANS"
 DEFAULT_MAX_LINE_BYTES = 16 * 1024 * 1024
 DEFAULT_FLUSH_TIMEOUT_S = 1.0
 """The default ``--flush-timeout``; equal to ``telemetry.FLUSH_BUDGET_S`` (not imported: this module
@@ -39,6 +40,7 @@ class ProxyOptions:
 
     __slots__ = (
         "agent_telemetry",
+        "agent_telemetry_spans",
         "command",
         "flush_timeout_s",
         "max_line_bytes",
@@ -56,6 +58,7 @@ class ProxyOptions:
         flush_timeout_s: float = DEFAULT_FLUSH_TIMEOUT_S,
         verbose: bool = False,
         agent_telemetry: bool = False,
+        agent_telemetry_spans: str = "genai",
     ) -> None:
         self.command = command
         self.service_name = service_name
@@ -65,6 +68,8 @@ class ProxyOptions:
         self.verbose = verbose
         # Receive the agent's own telemetry, join it to the turns and forward it (see .agent_telemetry).
         self.agent_telemetry = agent_telemetry
+        # Which of the agent's spans are forwarded (AGENT_TELEMETRY_SPAN_MODES; see .span_filter).
+        self.agent_telemetry_spans = agent_telemetry_spans
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -130,6 +135,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "turns and forward it with the proxy's exporter settings (OTEL_PYTHON_ACP_AGENT_TELEMETRY; default off)",
     )
     parser.add_argument(
+        "--agent-telemetry-spans",
+        choices=AGENT_TELEMETRY_SPAN_MODES,
+        help="with --agent-telemetry, the agent's spans forwarded: genai (model calls, tool calls, agent "
+        "invocations, HTTP client calls inside them and their ancestors) or all (OTEL_PYTHON_ACP_AGENT_TELEMETRY_SPANS;"
+        " default genai)",
+    )
+    parser.add_argument(
         "--max-line-bytes",
         type=int,
         default=DEFAULT_MAX_LINE_BYTES,
@@ -178,6 +190,7 @@ def options_from_args(args: argparse.Namespace, environ: Mapping[str, str] | Non
         flush_timeout_s=max(0.0, args.flush_timeout),
         verbose=_verbose(bool(args.verbose), environ),
         agent_telemetry=agent_telemetry,
+        agent_telemetry_spans=args.agent_telemetry_spans or _agent_telemetry_spans_from(environ),
     )
 
 
@@ -188,7 +201,10 @@ def plain_command(argv: Sequence[str], environ: Mapping[str, str] | None = None)
         return None
     env = os.environ if environ is None else environ
     return ProxyOptions(
-        command=tuple(argv[1:]), verbose=_verbose(False, env), agent_telemetry=_agent_telemetry_from(env)
+        command=tuple(argv[1:]),
+        verbose=_verbose(False, env),
+        agent_telemetry=_agent_telemetry_from(env),
+        agent_telemetry_spans=_agent_telemetry_spans_from(env),
     )
 
 
@@ -198,3 +214,9 @@ def _verbose(flag: bool, environ: Mapping[str, str]) -> bool:
 
 def _agent_telemetry_from(environ: Mapping[str, str]) -> bool:
     return environ.get(ENV_AGENT_TELEMETRY, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _agent_telemetry_spans_from(environ: Mapping[str, str]) -> str:
+    """The variable's mode; unset or not a mode: ``genai``."""
+    value = environ.get(ENV_AGENT_TELEMETRY_SPANS, "").strip().lower()
+    return value if value in AGENT_TELEMETRY_SPAN_MODES else AGENT_TELEMETRY_SPAN_MODES[0]

@@ -193,7 +193,7 @@ class _Tracing:
         if traces and set(_exporter_names("OTEL_TRACES_EXPORTER")) <= {"otlp", "console"}:
             from .early import stand_in_for
 
-            self.early = stand_in_for(options.settings_options, extra_keys=_agent_parent_keys(options, agent))
+            self.early = stand_in_for(options.settings_options, extra_keys=_agent_parent_keys(options))
         if self.early is None:
             self.start.set()
         threading.Thread(target=self._setup, name="acp-otel-setup", daemon=True).start()
@@ -375,8 +375,8 @@ class _Tracing:
 
         if tracer is None:
             tracer, settings = trace.NoOpTracer(), dataclasses.replace(settings, inject=False)
-        elif self.agent is not None and not settings.extra_trace_keys:  # the agent's own keys, unasked
-            settings = dataclasses.replace(settings, extra_trace_keys=self.agent.extra_trace_keys())
+        elif not settings.extra_trace_keys:  # the agent's own keys, unasked, option on or off
+            settings = dataclasses.replace(settings, extra_trace_keys=_agent_parent_keys(self.options))
         engine = Engine(tracer, settings, instruments)
         message_tracer = MessageTracer(engine)
         engine.note_agent_command(message_tracer.peer, self.options.command)  # the profile, until initialize names it
@@ -422,10 +422,12 @@ def _observe(agent: Any, engine: Any, message_tracer: Any) -> None:
     agent.attach(on_facts, profile)
 
 
-def _agent_parent_keys(options: ProxyOptions, agent: Any) -> tuple[str, ...]:
-    """The ``_meta`` keys the engine will write for the agent's own telemetry (see :meth:`_Tracing._engine`),
-    from the light data module: the profiles are not imported before the agent has answered."""
-    if agent is None or options.settings_options.get("extra_trace_keys"):
+def _agent_parent_keys(options: ProxyOptions) -> tuple[str, ...]:
+    """The ``_meta`` keys the agent its command names takes a trace parent from (Qwen Code's), written by the
+    engine whenever it writes trace context, ``--agent-telemetry`` or not (see :meth:`_Tracing._engine`), unless
+    ``--extra-trace-keys`` names others; from the light data module: the profiles are not imported before the
+    agent has answered."""
+    if options.settings_options.get("extra_trace_keys"):
         return ()
     from .._agent_switches import PARENT_META_KEYS, key_of
     from .._child_env import command_name
@@ -550,7 +552,9 @@ def _agent_telemetry(options: ProxyOptions) -> Any:
     if capture is None:
         capture = os.environ.get("OTEL_PYTHON_ACP_CAPTURE_CONTENT", "").strip().lower() in ("1", "true", "yes", "on")
     name = agent_telemetry.relay_name(options.service_name, options.command, os.environ)
-    return agent_telemetry.AgentTelemetry(listener, name, bool(capture), options.command)
+    telemetry = agent_telemetry.AgentTelemetry(listener, name, bool(capture), options.command)
+    telemetry.all_spans = options.agent_telemetry_spans == "all"
+    return telemetry
 
 
 def _wait(proc: subprocess.Popen[bytes]) -> int:

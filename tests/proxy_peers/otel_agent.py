@@ -1,7 +1,7 @@
 """A synthetic ACP agent that exports OpenTelemetry of its own, as real agents do (the proxy tests' agent).
 
     python tests/proxy_peers/otel_agent.py [--process-root] [--no-session] [--export-at-exit] [--overlap N]
-        [--ask] [--other-tool-id]
+        [--ask] [--other-tool-id] [--internals] [--logs-first]
 
 Not instrumented by acp-otel: it uses the OpenTelemetry SDK itself, exporting spans, logs and metrics over
 OTLP/HTTP to ``OTEL_EXPORTER_OTLP_ENDPOINT`` (what the proxy's ``--agent-telemetry`` points it at). Its spans:
@@ -19,7 +19,12 @@ OTLP/HTTP to ``OTEL_EXPORTER_OTLP_ENDPOINT`` (what the proxy's ``--agent-telemet
 prompts are in flight (turns of several sessions open at once); ``--export-at-exit``: nothing is exported
 before the process exits (like Gemini CLI): no flush, a schedule delay of an hour, shutdown at exit; ``--ask``:
 while ``execute_tool read`` is open, a ``session/request_permission`` for its tool call and an
-``fs/read_text_file``; ``--other-tool-id``: ``execute_tool read`` carries a tool call id ACP never names.
+``fs/read_text_file``; ``--other-tool-id``: ``execute_tool read`` carries a tool call id ACP never names;
+``--internals``: spans of its internals as OpenCode sends them, none a user reads: under ``invoke_model`` a
+``Session.get`` with a ``sql.execute`` child (a log record in it) and an HTTP ``GET`` client span, and under
+``chat scripted`` an HTTP ``POST`` client span (inside a model call: read) and a ``sql.execute``;
+``--logs-first``: the log record inside ``chat scripted`` is exported before any span of the turn (as Gemini CLI
+does).
 """
 
 from __future__ import annotations
@@ -49,6 +54,8 @@ AT_EXIT = "--export-at-exit" in ARGS
 OVERLAP = int(sys.argv[sys.argv.index("--overlap") + 1]) if "--overlap" in sys.argv else 1
 DELAY_MS = 3_600_000 if AT_EXIT else 100
 ASK = "--ask" in ARGS
+INTERNALS = "--internals" in ARGS
+LOGS_FIRST = "--logs-first" in ARGS
 OTHER_ID = "--other-tool-id" in ARGS
 
 resource = Resource.create({"service.name": "otel-agent"})
@@ -88,6 +95,17 @@ process_span = tracer.start_span("process") if "--process-root" in ARGS else Non
 process_ctx = trace.set_span_in_context(process_span) if process_span is not None else otel_context.Context()
 
 
+def internals(top_ctx: Any, chat_ctx: Any) -> None:
+    """Spans of the agent's internals (``--internals``)."""
+    client = trace.SpanKind.CLIENT
+    with tracer.start_as_current_span("Session.get", context=top_ctx):
+        with tracer.start_as_current_span("sql.execute", attributes={"db.system.name": "sqlite"}) as sql:
+            emit_log("row read", sql)
+    tracer.start_span("GET", context=top_ctx, kind=client, attributes={"http.request.method": "GET"}).end()
+    tracer.start_span("POST", context=chat_ctx, kind=client, attributes={"http.request.method": "POST"}).end()
+    tracer.start_span("sql.execute", context=chat_ctx).end()
+
+
 class OtelAgent:
     def __init__(self) -> None:
         self._conn: Any = None
@@ -123,6 +141,10 @@ class OtelAgent:
             },
         )
         emit_log("model answered", chat)
+        if LOGS_FIRST:
+            logs.force_flush()
+        if INTERNALS:
+            internals(top_ctx, trace.set_span_in_context(chat))
         chat.end()
         tokens.add(15, {"gen_ai.token.type": "input"})
         await self._conn.session_update(

@@ -1,0 +1,53 @@
+"""What ``acp-otel proxy --agent-telemetry`` adds to each known agent's own spans so that they say what the
+OpenTelemetry GenAI conventions need (data only; :mod:`acp_otel._proxy.span_mapping` applies it).
+
+A :class:`SpanMap` names one kind of span of the agent (by its name) and the facts the span already has that the
+conventions name otherwise: a value to set (the agent's own value, when it had another, kept under
+``acp.agent_span.<key without gen_ai.>``), a value added only where the span has none, and the agent's own
+attributes copied to the conventions' keys where those are absent. docs/agent-telemetry.md has the table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ORIGINAL_PREFIX = "acp.agent_span."
+"""Where an agent's own value that the mapping changed is kept (``acp.agent_span.operation.name``)."""
+
+
+@dataclass(frozen=True)
+class SpanMap:
+    """The mapping of one kind of the agent's spans (see the module's docstring)."""
+
+    name: str  # the span's name, as the agent sends it
+    set: tuple[tuple[str, str], ...] = ()  # (key, value): the value the span gets (its own, if other, kept)
+    default: tuple[tuple[str, str], ...] = ()  # (key, value): added where the span has no value
+    copy: tuple[tuple[str, str], ...] = ()  # (key, the agent's key): its value copied where ``key`` is absent
+
+
+def original_key(key: str) -> str:
+    """Where the agent's own value of ``key`` is kept when the mapping changes it."""
+    return ORIGINAL_PREFIX + key.removeprefix("gen_ai.")
+
+
+SPAN_MAPS: dict[str, tuple[SpanMap, ...]] = {
+    # Gemini CLI 0.61.0: ``llm_call`` carries gen_ai.operation.name=llm_call (no operation the conventions define),
+    # the model and the tokens, no provider; it calls the Gemini API (generate_content is its operation).
+    "gemini-cli": (
+        SpanMap(
+            "llm_call",
+            set=(("gen_ai.operation.name", "generate_content"),),
+            default=(("gen_ai.provider.name", "gcp.gemini"),),
+        ),
+    ),
+    # OpenCode 1.18.33: ``Tool.execute`` carries tool.name and tool.call_id (the ACP tool call id) and no GenAI
+    # names; ``LLM.run`` carries no attribute at all: only its operation is known (from its name).
+    "opencode": (
+        SpanMap(
+            "Tool.execute",
+            set=(("gen_ai.operation.name", "execute_tool"),),
+            copy=(("gen_ai.tool.name", "tool.name"), ("gen_ai.tool.call.id", "tool.call_id")),
+        ),
+        SpanMap("LLM.run", set=(("gen_ai.operation.name", "chat"),)),
+    ),
+}
