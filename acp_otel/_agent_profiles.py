@@ -255,7 +255,8 @@ PROFILES: tuple[AgentProfile, ...] = (
         own_telemetry=AgentTelemetry(
             # Its settings from the environment: SECTION__FIELD; the endpoint is the traces URL itself.
             switches=SWITCHES["fast-agent"],
-            emits="traces of its agents and model calls",
+            seen=True,
+            emits="spans of its ACP requests (`acp.request`), its agent's turns and its model calls (`openai.chat`)",
         ),
     ),
     AgentProfile(
