@@ -207,7 +207,9 @@ def _reports_of(tool_call_id: str, name: str, spans: list[Span]) -> list[Span]:
 
 @pytest.mark.parametrize("name", AGENTS_ON)
 async def test_agent_telemetry_on(name: str, tmp_path: Path, model: ModelServer, sink: Sink, script: Script) -> None:
-    run, environs, secret = await _proxied(name, True, tmp_path, model, sink, script, tool_calls=TOOL_CALLS.get(name, 3))
+    run, environs, secret = await _proxied(
+        name, True, tmp_path, model, sink, script, tool_calls=TOOL_CALLS.get(name, 3)
+    )
     model_call = MODEL_CALL[name]
     spans = sink.wait_for(
         lambda s: any(x.name == model_call for x in s) and turn_of([x for x in s if x.service == PROXY_SERVICE]),
