@@ -58,20 +58,22 @@ class AgentFacts:
                 pass
 
     def note_tool(self, span: Any) -> None:
-        """Remember where a span naming a tool call (one of the tool call id keys) went, for :meth:`tool_span`: an
-        ``execute_tool`` span wins over others of the same tool call."""
+        """Remember where an ``execute_tool`` span naming a tool call (one of the tool call id keys) went, for
+        :meth:`tool_span` (only those: other spans of the agent's may be left out of what is forwarded)."""
+        if string_attribute(span, "gen_ai.operation.name") != EXECUTE_TOOL:
+            return
         tool_call_id = attribute(span, self._tool_keys)
         if tool_call_id is None:
             return
         key = (span.trace_id, tool_call_id)
-        if string_attribute(span, "gen_ai.operation.name") == EXECUTE_TOOL or key not in self._tool_spans:
+        if key not in self._tool_spans:
             self._tool_spans[key] = span.span_id
             self._noted = True
             if len(self._tool_spans) > MAX_KNOWN_TOOLS:
                 self._tool_spans.popitem(last=False)
 
     def tool_span(self, trace_id: bytes, tool_call_id: str) -> bytes | None:
-        """The id of the agent's span of ``tool_call_id`` in trace ``trace_id``, if one was seen."""
+        """The id of the agent's ``execute_tool`` span of ``tool_call_id`` in trace ``trace_id``, if one was seen."""
         return self._tool_spans.get((trace_id, tool_call_id))
 
     def tell_tools(self) -> None:
