@@ -118,6 +118,7 @@ PROFILES: tuple[AgentProfile, ...] = (
         own_telemetry=AgentTelemetry(
             switches=SWITCHES["claude-code"],
             content_switches=CONTENT_SWITCHES["claude-code"],
+            span_maps=SPAN_MAPS["claude-code"],
             session_id_keys=("session.id",),
             seen=True,
             emits="spans `claude_code.llm_request` per model call, `claude_code.tool` with `.blocked_on_user` and "
