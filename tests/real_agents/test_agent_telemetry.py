@@ -11,7 +11,8 @@ the command, the prompt, the answer); each tool call reported by exactly one ``e
 else the proxy's); the turn's trace under a hundred spans (OpenCode sends some 930), none of them dangling. With
 the option off: the proxy's own turn and tool spans, nothing of the agent's at the backend, and no backend setting
 in the agent's environment; an endpoint given in the agent's own command (``env VAR=VALUE``) is the agent's, and it
-exports there.
+exports there. Claude Code's ACP adapter and fast-agent run the option-on case too (their model calls, Claude Code's
+log events; fast-agent exports traces only and makes two tool calls of the script's three).
 
 The agent runs without the byte tap (the proxy names the agent's profile from its command line).
 """
