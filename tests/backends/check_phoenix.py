@@ -28,7 +28,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -374,6 +374,12 @@ def test_editor_shutdown_as_without_proxy(phoenix: PhoenixServer, tmp_path: Path
 # from its package-lock.json, the scripted model, the editor stand-in), into Phoenix: what a GenAI backend shows.
 REAL_AGENTS = ROOT / "tests" / "real_agents"
 AGENT_NAMES = ["gemini", "qwen", "opencode"]
+# What an agent's own telemetry cannot show yet (checked all the same: a check that starts to pass fails, so that
+# its entry is removed).
+TOKEN_GAPS = {
+    "opencode": "OpenCode 1.18.33's LLM.run spans carry no attribute at all (no tokens), and its turn has fewer "
+    "LLM.run spans than model calls served (4 of 5: one call has none)",
+}
 
 
 @dataclass
@@ -448,8 +454,24 @@ def _turn_trace(run: AgentRun) -> list[dict[str, Any]]:
     return [s for s in run.stored if s["context"]["trace_id"] == trace_id]
 
 
+def _known_gap(agent: AgentRun, gaps: dict[str, str], check: Callable[[], None]) -> None:
+    """Run ``check``; for an agent in ``gaps`` it is expected to fail (xfail), and fails the test if it passes."""
+    if agent.name not in gaps:
+        check()
+        return
+    try:
+        check()
+    except AssertionError:
+        pytest.xfail(gaps[agent.name])
+    pytest.fail(f"{agent.name} passes now: take it out of the known gaps ({gaps[agent.name]})")
+
+
 def test_agent_model_calls_are_llm_spans_with_tokens(agent: AgentRun) -> None:
     """Every model call the scripted model served in the turn is an LLM span of the turn's trace, with tokens."""
+    _known_gap(agent, TOKEN_GAPS, lambda: _check_llm_spans(agent))
+
+
+def _check_llm_spans(agent: AgentRun) -> None:
     llm = [s for s in _turn_trace(agent) if s["span_kind"] == "LLM"]
     assert len(llm) == len(agent.served_calls), [(s["name"], s["span_kind"]) for s in _turn_trace(agent)]
     counts = sorted(
@@ -460,6 +482,10 @@ def test_agent_model_calls_are_llm_spans_with_tokens(agent: AgentRun) -> None:
 
 def test_agent_trace_tokens_are_what_the_model_served(agent: AgentRun) -> None:
     """The trace's token total (Phoenix's: every span's token counts summed) is what the model served: once."""
+    _known_gap(agent, TOKEN_GAPS, lambda: _check_token_total(agent))
+
+
+def _check_token_total(agent: AgentRun) -> None:
     trace = _turn_trace(agent)
     prompt = sum(s["attributes"].get("llm.token_count.prompt") or 0 for s in trace)
     completion = sum(s["attributes"].get("llm.token_count.completion") or 0 for s in trace)
