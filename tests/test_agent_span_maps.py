@@ -306,7 +306,11 @@ def test_a_log_that_comes_before_its_span_waits_for_it_then_gets_its_trace() -> 
     joiner.join_spans(request)
     assert _records(joiner.ready_logs()) == [(TURN_TRACE, c.span_id) for c in calls]
     assert joiner.ready_logs() is None  # the one naming a span that never comes waits for its bound
-    clock.now = 10.0
+    from acp_otel._proxy import log_joining
+
+    clock.now = log_joining.HOLD_S - 0.1
+    assert joiner.ready_logs() is None
+    clock.now = log_joining.HOLD_S
     assert _records(joiner.ready_logs()) == [never]  # then goes as it came
 
 

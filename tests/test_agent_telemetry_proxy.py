@@ -139,6 +139,24 @@ async def test_the_proxys_permission_and_fs_spans_go_under_the_agents_tool_span_
         assert span["attributes"]["acp.tool_call.id"] == agent_tool["attributes"]["gen_ai.tool.call.id"]
 
 
+async def test_the_agents_spans_of_a_tool_call_it_does_not_report_go_under_the_proxys_tool_span() -> None:
+    with Backend() as backend:
+        run = await _run(backend, ["--tool-unreported"], turns=2)
+        assert run.returncode == 0, run.stderr
+        assert backend.wait_for(lambda b: len(_agent(b.spans(), "shutdown")) == 1)
+        spans = backend.spans()
+    turns = _turns(spans)
+    assert len(turns) == 2
+    proxy_tools = [s for s in spans if s.get("service") == "proxy" and s["name"].startswith("execute_tool")]
+    assert len(proxy_tools) == 2  # the agent never reports its tool calls: the proxy's tool span each turn
+    by_call = {s["attributes"]["gen_ai.tool.call.id"]: s for s in proxy_tools}
+    for own in _agent(spans, "run read"):  # the topmost of the call's spans hangs under the proxy's
+        tool = by_call[own["attributes"]["gen_ai.tool.call.id"]]
+        assert (own["trace_id"], own["parent"]) == (tool["trace_id"], tool["span_id"])
+    runs = {s["span_id"] for s in _agent(spans, "run read")}
+    assert len(runs) == 2 and all(s["parent"] in runs for s in _agent(spans, "read file"))  # the rest under it
+
+
 async def test_the_proxys_spans_stay_under_the_turn_when_the_agent_never_reports_their_tool_call() -> None:
     with Backend() as backend:
         run = await _run(backend, ["--ask", "--other-tool-id"], turns=2)

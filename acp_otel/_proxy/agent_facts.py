@@ -34,6 +34,9 @@ class AgentFacts:
         # The agent's tool spans as decided: (trace id, tool call id) -> span id (see tool_span).
         self._tool_spans: OrderedDict[tuple[bytes, str], bytes] = OrderedDict()
         self.on_tool_span: Callable[[], None] | None = None  # called (under no lock of ours) when one is noted
+        # The proxy's execute_tool span of a tool call in a trace, if it made one (see under_proxy_tool).
+        self.proxy_tool_span: Callable[[bytes, str], bytes | None] | None = None
+        self._calls: OrderedDict[tuple[bytes, bytes], str] = OrderedDict()  # the agent's spans of tool calls
         self._noted = False
 
     def note_request(self, request: Any) -> None:
@@ -58,12 +61,15 @@ class AgentFacts:
                 pass
 
     def note_tool(self, span: Any) -> None:
-        """Remember where an ``execute_tool`` span naming a tool call (one of the tool call id keys) went, for
-        :meth:`tool_span` (only those: other spans of the agent's may be left out of what is forwarded)."""
-        if string_attribute(span, "gen_ai.operation.name") != EXECUTE_TOOL:
-            return
+        """A joined span: if it is an ``execute_tool`` span naming a tool call (one of the tool call id keys),
+        remember where it went, for :meth:`tool_span` (only those: other spans of the agent's may be left out of
+        what is forwarded); if it is another span naming a tool call the proxy made a span of, hang it under that
+        span (:meth:`under_proxy_tool`)."""
         tool_call_id = attribute(span, self._tool_keys)
         if tool_call_id is None:
+            return
+        if string_attribute(span, "gen_ai.operation.name") != EXECUTE_TOOL:
+            self.under_proxy_tool(span, tool_call_id)
             return
         key = (span.trace_id, tool_call_id)
         if key not in self._tool_spans:
@@ -71,6 +77,18 @@ class AgentFacts:
             self._noted = True
             if len(self._tool_spans) > MAX_KNOWN_TOOLS:
                 self._tool_spans.popitem(last=False)
+
+    def under_proxy_tool(self, span: Any, tool_call_id: str) -> None:
+        """The agent's span of a tool call the proxy reports hangs under the proxy's ``execute_tool`` span of it,
+        unless its parent is a span of that tool call already (the topmost of the call's spans moves)."""
+        lookup = self.proxy_tool_span
+        proxy_span = lookup(span.trace_id, tool_call_id) if lookup is not None else None
+        key = (span.trace_id, span.span_id)
+        self._calls[key] = tool_call_id
+        if len(self._calls) > MAX_KNOWN_TOOLS:
+            self._calls.popitem(last=False)
+        if proxy_span is not None and self._calls.get((span.trace_id, span.parent_span_id)) != tool_call_id:
+            span.parent_span_id = proxy_span
 
     def tool_span(self, trace_id: bytes, tool_call_id: str) -> bytes | None:
         """The id of the agent's ``execute_tool`` span of ``tool_call_id`` in trace ``trace_id``, if one was seen."""

@@ -18,6 +18,7 @@ import time
 from collections import deque
 
 from .agent_profile_view import AgentProfileView
+from .proxy_tool_spans import ProxyToolSpans
 
 TYPE_CHECKING = False  # not typing's: imported before the agent starts (type checkers see True)
 if TYPE_CHECKING:
@@ -51,6 +52,7 @@ class AgentTelemetry:
         self._relay_name = relay_name
         self.capture_content = capture_content
         self.all_spans = False  # forward every span of the agent's (else only what a user reads: .span_filter)
+        self.proxy_tools = ProxyToolSpans()  # the proxy's own tool spans, noted by its tracers
         self._profile = AgentProfileView(command)
         # The turns' starts and ends, appended by the relay's threads (never blocked: a deque's append takes no
         # lock of ours) and handed to the joiner before each request it joins, and every RELEASE_EVERY_S.
@@ -104,6 +106,7 @@ class AgentTelemetry:
             self._mapper = SpanMapper(maps)
             joiner = Joiner(session_keys, tool_keys, self._facts, all_spans=self.all_spans)
             joiner.on_tool_span = self._tool_seen
+            joiner.proxy_tools(self.proxy_tools.lookup)
             self._signals = forwarded_signals()
             self._forwarder = Forwarder()
             from .agent_content import scrub_logs, scrub_spans
@@ -260,15 +263,8 @@ class AgentTelemetry:
             self._release(True)
         finally:
             self._joined.set()
-        joiner = self._joiner
-        if joiner is not None and not self.all_spans:
-            import logging
-
-            logging.getLogger("acp_otel").debug(
-                "acp_otel proxy: %d of the agent's spans left out, not what a user reads "
-                "(--agent-telemetry-spans all forwards them)",
-                joiner.spans_left_out,
-            )
+        if self._joiner is not None and not self.all_spans:
+            _say_left_out(self._joiner.spans_left_out)
         if self._forwarder is not None:
             self._forwarder.close(deadline)
 
@@ -288,6 +284,17 @@ class AgentTelemetry:
             return []
         self._reported = True
         return list(self._forwarder.problems())
+
+
+def _say_left_out(count: int) -> None:
+    """With ``-v``: how many of the agent's spans the filter left out (no loss: not in the exit line)."""
+    import logging
+
+    logging.getLogger("acp_otel").debug(
+        "acp_otel proxy: %d of the agent's spans left out, not what a user reads "
+        "(--agent-telemetry-spans all forwards them)",
+        count,
+    )
 
 
 def relay_name(service_name: str | None, command: tuple[str, ...], environ: Mapping[str, str]) -> str:

@@ -160,6 +160,8 @@ class DeferredTracer(trace.Tracer):
         self._early: list[DeferredSpan] = []
         self._detached = False
         self._forced: tuple[int, int] | None = None
+        # Called with each early span (recording) and its attributes as it starts (the SDK's spans: its processors).
+        self.on_early_start: Callable[[trace.Span, Any], None] | None = None
         # The time of what is done to early spans; the proxy sets it while it traces lines relayed before the
         # engine existed (acp_otel._proxy.early) at the times they were relayed.
         self.clock: Callable[[], int] = time.time_ns
@@ -203,6 +205,8 @@ class DeferredTracer(trace.Tracer):
             return NonRecordingSpan(span_context)
         span = DeferredSpan(name, context, kind, attributes, links, start_time or self.clock(), span_context, self._now)
         self._early.append(span)
+        if self.on_early_start is not None:
+            self.on_early_start(span, attributes)
         if len(self._early) == self._many and self._on_many is not None:
             self._on_many()
         return span

@@ -104,6 +104,11 @@ class Joiner:
     def on_tool_span(self, callback: Callable[[], None] | None) -> None:
         self._facts.on_tool_span = callback
 
+    def proxy_tools(self, lookup: Callable[[bytes, str], bytes | None]) -> None:
+        """``lookup(trace_id, tool_call_id)``: the proxy's ``execute_tool`` span of that tool call, if it made one
+        (the agent's spans of that call hang under it)."""
+        self._facts.proxy_tool_span = lookup
+
     # ------------------------------------------------------------------ turns (the engine's turn observer)
 
     def turn_started(self, turn: Any, at_ns: int | None = None) -> None:

@@ -20,8 +20,10 @@ from .span_fates import LINKED, Fates
 from .span_filter import SpanFilter
 from .turn_windows import TurnWindows
 
-HOLD_S = 10.0
-"""How long a log record waits for the span it names (two of the OTel SDK's 5 s batch intervals)."""
+HOLD_S = 60.0
+"""How long a log record waits for the span it names: a span is exported when it ends, and a log record written at
+the start of a long model call or turn arrives that much earlier (a record naming a span the agent never exports
+arrives this much late)."""
 MAX_HELD = 4096
 """Log records waiting at once; past this the oldest goes as it came."""
 

@@ -266,6 +266,8 @@ class _Tracing:
             )
             if early:
                 early_tracer = deferred.DeferredTracer(decide, self.go.set, EARLY_SPANS) if decide is not None else None
+                if early_tracer is not None and self.agent is not None:  # the proxy's tool spans, for the joiner
+                    early_tracer.on_early_start = self.agent.proxy_tools.started
                 early_meters = deferred.DeferredMeterProvider() if self.metrics else None
                 instruments = (
                     _metrics.make_instruments(early_meters, __version__, buckets_from_views=True)

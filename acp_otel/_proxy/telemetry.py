@@ -549,6 +549,8 @@ def configure(
     provider = TracerProvider(resource=resource, shutdown_on_exit=False, id_generator=ids)
     delay = None if _env("OTEL_BSP_SCHEDULE_DELAY") else SCHEDULE_DELAY_MS
     tool_parents = []
+    if agent is not None:
+        provider.add_span_processor(agent.proxy_tools.processor())
     for exporter in exporters:
         processed: SpanExporter = exporter
         if agent is not None:

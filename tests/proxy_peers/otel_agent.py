@@ -1,7 +1,7 @@
 """A synthetic ACP agent that exports OpenTelemetry of its own, as real agents do (the proxy tests' agent).
 
     python tests/proxy_peers/otel_agent.py [--process-root] [--no-session] [--export-at-exit] [--overlap N]
-        [--ask] [--other-tool-id] [--internals] [--logs-first]
+        [--ask] [--other-tool-id] [--internals] [--logs-first] [--tool-unreported]
 
 Not instrumented by acp-otel: it uses the OpenTelemetry SDK itself, exporting spans, logs and metrics over
 OTLP/HTTP to ``OTEL_EXPORTER_OTLP_ENDPOINT`` (what the proxy's ``--agent-telemetry`` points it at). Its spans:
@@ -24,7 +24,8 @@ while ``execute_tool read`` is open, a ``session/request_permission`` for its to
 ``Session.get`` with a ``sql.execute`` child (a log record in it) and an HTTP ``GET`` client span, and under
 ``chat scripted`` an HTTP ``POST`` client span (inside a model call: read) and a ``sql.execute``;
 ``--logs-first``: the log record inside ``chat scripted`` is exported before any span of the turn (as Gemini CLI
-does).
+does); ``--tool-unreported``: the tool's span is ``run read``, with the tool call id and no operation (a span of
+the tool call that does not report it by the conventions), with a ``read file`` child of the same tool call.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ DELAY_MS = 3_600_000 if AT_EXIT else 100
 ASK = "--ask" in ARGS
 INTERNALS = "--internals" in ARGS
 LOGS_FIRST = "--logs-first" in ARGS
+UNREPORTED = "--tool-unreported" in ARGS
 OTHER_ID = "--other-tool-id" in ARGS
 
 resource = Resource.create({"service.name": "otel-agent"})
@@ -152,15 +154,20 @@ class OtelAgent:
             update={"sessionUpdate": "tool_call", "toolCallId": tool_call_id, "title": "read", "kind": "read"},
         )
         tool = tracer.start_span(
-            "execute_tool read",
+            "run read" if UNREPORTED else "execute_tool read",
             context=top_ctx,
-            attributes={
+            attributes={"gen_ai.tool.call.id": tool_call_id}
+            if UNREPORTED
+            else {
                 "gen_ai.operation.name": "execute_tool",
                 "gen_ai.tool.name": "read",
                 # --other-tool-id: its span reports a tool call, never the one ACP names
                 "gen_ai.tool.call.id": f"other-{tool_call_id}" if OTHER_ID else tool_call_id,
             },
         )
+        if UNREPORTED:
+            attributes = {"gen_ai.tool.call.id": tool_call_id}
+            tracer.start_span("read file", context=trace.set_span_in_context(tool), attributes=attributes).end()
         if ASK:  # the tool call's work through the editor, while its span is open
             await self._conn.request_permission(
                 session_id=session_id,
