@@ -413,19 +413,19 @@ async def test_kimi_traced_in_process(tmp_path: Path, model: ModelServer, sink: 
 
 
 async def test_qwen_own_telemetry(tmp_path: Path, model: ModelServer, sink: Sink, script: Script) -> None:
-    """Qwen Code traces itself (OTLP/JSON, chunked) and reads ``qwen.telemetry.traceparent``: with the proxy set to
-    write that key and to leave tool spans and usage to the agent, the proxy's turn, ``qwen-code.interaction`` and
-    Qwen's tool spans are one trace, with one ``execute_tool`` per tool call."""
+    """Qwen Code traces itself (OTLP/JSON, chunked, set up by its user) and reads ``qwen.telemetry.traceparent``,
+    which the proxy writes for it unasked (without ``--agent-telemetry`` or ``--extra-trace-keys``): with the proxy
+    set to leave tool spans and usage to the agent, the proxy's turn, ``qwen-code.interaction`` and Qwen's tool
+    spans are one trace, with one ``execute_tool`` per tool call."""
     agent = make_agent("qwen", tmp_path, model, "own-telemetry", telemetry_endpoint=sink.endpoint)
     env = proxy_env(
         agent,
         sink,
-        "OTEL_PYTHON_ACP_EXTRA_TRACE_KEYS=qwen",
         "OTEL_PYTHON_ACP_TOOL_SPANS=never",
         "OTEL_PYTHON_ACP_USAGE=never",
     )
-    run = await run_turn(
-        agent.command, env, script.workspace, prompt_text(script), proxy_args=PROXY_ARGS, grace=agent.grace
+    run = await run_turn(  # no byte tap: the proxy knows the agent from its command
+        agent.command, env, script.workspace, prompt_text(script), proxy_args=PROXY_ARGS, grace=agent.grace, tap=False
     )
     assert_turn_ran(run, script)
     spans = sink.wait_for(
