@@ -214,7 +214,8 @@ PHOENIX_PYTHON = "3.12"
 
 @nox.session(python=PHOENIX_PYTHON)
 def phoenix(session: nox.Session) -> None:
-    """A traced turn into a real Phoenix server on loopback, read back through its REST and GraphQL API.
+    """Traced turns into a real Phoenix server on loopback, read back through its REST and GraphQL API: the example
+    agent's, and the real agents' own telemetry through ``acp-otel proxy --agent-telemetry``.
 
     Phoenix gets a virtual environment of its own (inside this session's), so its pins never change the
     packages acp-otel is tested with; ``tests/backends/check_phoenix.py`` starts it, runs the turns and stops it.
@@ -230,6 +231,9 @@ def phoenix(session: nox.Session) -> None:
     if not os.path.exists(server_python):
         session.run(uv, "venv", "--quiet", "--python", test_python, server_env)
     session.run(*uv_install, server_python, f"arize-phoenix=={PHOENIX}")
+    # The real agents whose own telemetry the proxy forwards into Phoenix (Gemini CLI, Qwen Code, OpenCode): the
+    # npm packages of tests/real_agents, installed as the real_agents session installs them (seconds when present).
+    _npm_agents(session)
     session.run(
         "pytest",
         "-q",
@@ -281,6 +285,18 @@ AGENT_VENVS = {
 }
 
 
+def _npm_agents(session: nox.Session) -> None:
+    """The npm agents of tests/real_agents/package-lock.json, installed in tests/real_agents/node_modules."""
+    root = os.getcwd()
+    session.chdir("tests/real_agents")
+    # Not `npm ci`: Qwen Code's optional clipboard dependency names per-platform packages that were never
+    # published, which npm leaves out of the lock file and `npm ci` then reports as missing. `npm install
+    # --no-save` installs the lock file's versions without rewriting it; `npm ls` fails on any other version.
+    session.run("npm", "install", "--no-save", "--no-audit", "--no-fund", "--loglevel=error", external=True)
+    session.run("npm", "ls", "--depth=0", external=True, silent=True)
+    session.chdir(root)
+
+
 @nox.session(python=REAL_AGENTS_PYTHON)
 def real_agents(session: nox.Session) -> None:
     """Eleven real agents behind ``acp-otel proxy``, offline (a scripted model); see docs/agents.md."""
@@ -295,14 +311,7 @@ def real_agents(session: nox.Session) -> None:
             session.run(uv, "venv", "--quiet", "--python", python, venv)
         session.run(uv, "pip", "install", "--quiet", "--python", os.path.join(venv, "bin", "python"), requirement)
         agent_env[variable] = venv
-    root = os.getcwd()
-    session.chdir("tests/real_agents")
-    # Not `npm ci`: Qwen Code's optional clipboard dependency names per-platform packages that were never
-    # published, which npm leaves out of the lock file and `npm ci` then reports as missing. `npm install
-    # --no-save` installs the lock file's versions without rewriting it; `npm ls` fails on any other version.
-    session.run("npm", "install", "--no-save", "--no-audit", "--no-fund", "--loglevel=error", external=True)
-    session.run("npm", "ls", "--depth=0", external=True, silent=True)
-    session.chdir(root)
+    _npm_agents(session)
     session.run(
         "pytest",
         "-q",

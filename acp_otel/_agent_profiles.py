@@ -118,11 +118,13 @@ PROFILES: tuple[AgentProfile, ...] = (
         own_telemetry=AgentTelemetry(
             switches=SWITCHES["claude-code"],
             content_switches=CONTENT_SWITCHES["claude-code"],
+            span_maps=SPAN_MAPS["claude-code"],
             session_id_keys=("session.id",),
             seen=True,
-            emits="log events (`user_prompt`, `api_request` with tokens and cost per model call, `tool_decision`, "
-            "`tool_result`) and metrics; its spans (`claude_code.interaction`, `claude_code.llm_request`, "
-            "`claude_code.tool`, behind its enhanced-telemetry switch) did not arrive in ACP mode",
+            emits="spans `claude_code.llm_request` per model call, `claude_code.tool` with `.blocked_on_user` and "
+            "`.execution` per tool call (behind its enhanced-telemetry switch; their parent "
+            "`claude_code.interaction` never ends in ACP mode); log events (`user_prompt`, `api_request` with tokens "
+            "and cost per model call, `tool_decision`, `tool_result`); metrics",
             content="prompts (`user_prompt`, else `<REDACTED>`), tool parameters and contents: each behind its "
             "own switch, off by default",
         ),
@@ -233,14 +235,13 @@ PROFILES: tuple[AgentProfile, ...] = (
         aliases=ALIASES["cline"],
         verified="npm `cline` 3.0.65",
         tool_name_titles=TITLE_PREFIX,
-        telemetry="`OTEL_TELEMETRY_ENABLED=1` and `OTEL_*`",
+        telemetry="none that an environment can point elsewhere (an organisation's remote configuration)",
         sends_tool_name="the identifier before the `:` of the first title",
         sends_usage="`PromptResponse.usage`, taken as the turn's",
         own_telemetry=AgentTelemetry(
             switches=SWITCHES["cline"],
             seen=True,
-            emits="nothing arrived in ACP mode with these switches (its source has metrics, log events and "
-            "traces behind them)",
+            emits="nothing to a receiver: its CLI binary ignores the environment's OpenTelemetry settings",
         ),
     ),
     AgentProfile(
@@ -255,7 +256,8 @@ PROFILES: tuple[AgentProfile, ...] = (
         own_telemetry=AgentTelemetry(
             # Its settings from the environment: SECTION__FIELD; the endpoint is the traces URL itself.
             switches=SWITCHES["fast-agent"],
-            emits="traces of its agents and model calls",
+            seen=True,
+            emits="spans of its ACP requests (`acp.request`), its agent's turns and its model calls (`openai.chat`)",
         ),
     ),
     AgentProfile(

@@ -23,6 +23,7 @@ class SpanMap:
     set: tuple[tuple[str, str], ...] = ()  # (key, value): the value the span gets (its own, if other, kept)
     default: tuple[tuple[str, str], ...] = ()  # (key, value): added where the span has no value
     copy: tuple[tuple[str, str], ...] = ()  # (key, the agent's key): its value copied where ``key`` is absent
+    count: tuple[tuple[str, str], ...] = ()  # the same for counts (tokens): an integer value copied as an integer
 
 
 def original_key(key: str) -> str:
@@ -38,6 +39,18 @@ SPAN_MAPS: dict[str, tuple[SpanMap, ...]] = {
             "llm_call",
             set=(("gen_ai.operation.name", "generate_content"),),
             default=(("gen_ai.provider.name", "gcp.gemini"),),
+        ),
+    ),
+    # Claude Code 2.1.83 (its ACP adapter 0.23.1): ``claude_code.llm_request`` carries the model and the tokens under
+    # names of its own, no operation, no provider; it calls the Anthropic API. Its ``claude_code.tool`` spans carry
+    # no tool call id: the proxy's execute_tool spans report its tool calls.
+    "claude-code": (
+        SpanMap(
+            "claude_code.llm_request",
+            set=(("gen_ai.operation.name", "chat"),),
+            default=(("gen_ai.provider.name", "anthropic"),),
+            copy=(("gen_ai.request.model", "model"),),
+            count=(("gen_ai.usage.input_tokens", "input_tokens"), ("gen_ai.usage.output_tokens", "output_tokens")),
         ),
     ),
     # OpenCode 1.18.33: ``Tool.execute`` carries tool.name and tool.call_id (the ACP tool call id) and no GenAI

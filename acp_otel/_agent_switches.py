@@ -42,6 +42,11 @@ SWITCHES: dict[str, tuple[tuple[str, str], ...]] = {
         ("OTEL_TRACES_EXPORTER", "otlp"),
         ("OTEL_METRICS_EXPORTER", "otlp"),
         ("OTEL_LOGS_EXPORTER", "otlp"),
+        # Its batches go out every 5 s (metrics 60 s) and at exit; its ACP adapter does not exit when the editor
+        # closes its stdin, and the editor's SIGTERM ends it before that last export: sent while the turn runs.
+        ("OTEL_TRACES_EXPORT_INTERVAL", "1000"),
+        ("OTEL_LOGS_EXPORT_INTERVAL", "1000"),
+        ("OTEL_METRIC_EXPORT_INTERVAL", "5000"),
     ),
     "qwen-code": (
         ("QWEN_TELEMETRY_ENABLED", "true"),
@@ -56,13 +61,10 @@ SWITCHES: dict[str, tuple[tuple[str, str], ...]] = {
         ("GEMINI_TELEMETRY_OTLP_PROTOCOL", "http"),
         ("GEMINI_TELEMETRY_TRACES_ENABLED", "true"),  # the model-call spans' attributes (tokens)
     ),
-    "cline": (
-        ("OTEL_TELEMETRY_ENABLED", "1"),
-        ("OTEL_TRACES_EXPORTER", "otlp"),
-        ("OTEL_METRICS_EXPORTER", "otlp"),
-        ("OTEL_LOGS_EXPORTER", "otlp"),
-        ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"),  # its default
-    ),
+    # None: its npm library reads OTEL_TELEMETRY_ENABLED and the standard variables, but its CLI binary (3.0.65) is
+    # built with that reader replaced by a fixed configuration; its OTLP settings come only from an organisation's
+    # remote configuration (docs/agent-telemetry.md).
+    "cline": (),
     # Its settings from the environment: SECTION__FIELD; the endpoint is the traces URL itself.
     "fast-agent": (("OTEL__ENABLED", "true"), ("OTEL__OTLP_ENDPOINT", ENDPOINT + "/v1/traces")),
 }

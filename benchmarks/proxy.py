@@ -34,6 +34,11 @@ itself (a small agent that reads its parent's ``/proc/PID/task/*/schedstat`` on 
 once; Linux only), interleaved, medians: unlike the wall-clock times, it hardly moves with the machine's load.
 The package is byte-compiled first, as an installed one is (with ``PYTHONDONTWRITEBYTECODE`` set, a checkout
 would compile its modules on every start). The load average is printed with the figures. Nothing is asserted.
+
+Then, for Gemini CLI, Qwen Code and OpenCode where installed (``tests/real_agents``), ``--agent-telemetry`` off
+against on: one scripted turn per run, the two alternating, ``--agent-turn-rounds`` rounds (3; not in smoke runs):
+start-up to the ``initialize`` answer, the turn's round trip, shutdown after the editor closes stdin, the agent's
+and the proxy's CPU, the spans the backend received (``_agent_turns.py``). ``--agent-turns-only`` runs just that.
 """
 
 from __future__ import annotations
@@ -53,6 +58,8 @@ from pathlib import Path
 from typing import Any
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _agent_turns  # noqa: E402  (beside this file)
 
 ECHO = [sys.executable, os.path.abspath(__file__), "--echo-agent"]
 CPU_AGENT = [sys.executable, os.path.abspath(__file__), "--cpu-agent"]
@@ -373,6 +380,10 @@ def main() -> None:
     parser.add_argument("--per-round", type=int, default=50)
     parser.add_argument("--start-rounds", type=int, help="start-up rounds (default 2 with --smoke, else 15)")
     parser.add_argument("--start-up-only", action="store_true", help="skip the round trips")
+    parser.add_argument(
+        "--agent-turn-rounds", type=int, help="rounds of real-agent turns, option off and on (default 3; 0 skips)"
+    )
+    parser.add_argument("--agent-turns-only", action="store_true", help="only the real agents' turns, off and on")
     parser.add_argument("--echo-agent", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--cpu-agent", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -385,6 +396,10 @@ def main() -> None:
     # The demo's loopback OTLP/HTTP receiver (the benchmarks import nothing from tests/).
     from acp_otel._demo.receiver import OtlpReceiver
 
+    agent_rounds = 0 if args.smoke else (args.agent_turn_rounds if args.agent_turn_rounds is not None else 3)
+    if args.agent_turns_only:
+        _agent_turns.report(_agent_turns.measure(agent_rounds or 3, _agent_turns.installed()))
+        return
     rounds = args.rounds if args.rounds is not None else (3 if args.smoke else 30)
     start_rounds = args.start_rounds if args.start_rounds is not None else (2 if args.smoke else 15)
     with OtlpReceiver() as sink:
@@ -404,6 +419,9 @@ def main() -> None:
             report_trips(trips, per_round)
             print(f"spans received by the loopback OTLP receiver: {len(sink.spans())}")
         report_start(start, cpu)
+    names = _agent_turns.installed() if agent_rounds else []
+    if names:
+        _agent_turns.report(_agent_turns.measure(agent_rounds, names))
 
 
 if __name__ == "__main__":

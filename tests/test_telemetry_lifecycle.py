@@ -219,6 +219,8 @@ def test_the_agent_telemetry_switches_of_a_known_agent() -> None:
     ] == ("false")
     claude = ce.agent_telemetry_variables(["npx", "@zed-industries/claude-agent-acp"], receiver, False)
     assert claude["CLAUDE_CODE_ENABLE_TELEMETRY"] == "1" and claude["OTEL_LOG_USER_PROMPTS"] == "0"
+    # Its spans leave while the turn runs: its adapter is terminated before its export at exit.
+    assert claude["OTEL_TRACES_EXPORT_INTERVAL"] == "1000"
     # Without a receiver, nothing of the kind.
     assert not [k for k in ce.proxy_agent_environment({}, GEMINI) if k.startswith(("GEMINI_", "OTEL_EXPORTER_"))]
 

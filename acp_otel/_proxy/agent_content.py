@@ -61,9 +61,12 @@ AGENT_KEYS: dict[str, frozenset[str]] = {
             "output.value",
         }
     ),
-    # Read in its source (not run here): its events' and spans' prompt, system prompt, tool input and output.
+    # Its events' and spans' prompt, system prompt, tool input and output; its tool spans' file path and shell
+    # command (written whatever its switches say).
     "claude-code": frozenset(
         {
+            "file_path",
+            "full_command",
             "user_prompt",
             "prompt",
             "system_prompt",

@@ -56,6 +56,11 @@ def _map(span: Any, found: SpanMap) -> bool:
             if which in ("string_value", "int_value"):  # the conventions' ids and names are strings
                 _add(span, key, str(getattr(origin.value, which)))
                 changed = True
+    for key, source in found.count:
+        origin = _find(span, source)
+        if origin is not None and origin.value.WhichOneof("value") == "int_value" and _find(span, key) is None:
+            span.attributes.add(key=key).value.int_value = origin.value.int_value
+            changed = True
     return changed
 
 

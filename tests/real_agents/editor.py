@@ -133,9 +133,10 @@ class Run:
     editor_received: bytes = b""
     agent_received: bytes = b""  # what the agent read (tap): the proxy's output when proxied
     agent_sent: bytes = b""
-    shutdown_seconds: float = 0.0
+    shutdown_seconds: float = 0.0  # from closing the agent's stdin to the process's exit
     returncode: int | None = None
     stderr: str = ""
+    # initialize_seconds: from the spawn to the initialize answer; turn_seconds: each prompt's round trip; signalled.
     extra: dict[str, Any] = field(default_factory=dict)
 
     def texts(self) -> str:
@@ -196,6 +197,7 @@ async def run_turn(
     with tempfile.TemporaryDirectory() as logs, tempfile.TemporaryFile() as stderr:
         tapped = [*TAP, f"{logs}/agent", "--", *agent] if tap else list(agent)
         command = tapped if proxy_args is None else [*PROXY, *proxy_args, "--", *tapped]
+        spawned = time.monotonic()
         proc = await asyncio.create_subprocess_exec(
             *command,
             stdin=asyncio.subprocess.PIPE,
@@ -239,6 +241,7 @@ async def run_turn(
                 ),
                 timeout,
             )
+            run.extra["initialize_seconds"] = time.monotonic() - spawned
             # Sent without the SDK's response model: the session's SDK is kimi-cli's pin (0.8.0), whose schema
             # lacks config option types newer agents send in this response (Cline's "boolean"); only the id is used.
             session = await asyncio.wait_for(
@@ -248,9 +251,11 @@ async def run_turn(
             for text in [prompt_text] if isinstance(prompt_text, str) else prompt_text:
                 if before_prompt is not None:
                     before_prompt()
+                prompted = time.monotonic()
                 run.result = await asyncio.wait_for(
                     conn.prompt(session_id=run.session_id, prompt=[{"type": "text", "text": text}]), timeout
                 )
+                run.extra.setdefault("turn_seconds", []).append(time.monotonic() - prompted)
                 run.results.append(run.result)
                 await asyncio.sleep(0.3)  # trailing notifications of the turn
                 run.turn_updates.append(len(editor.updates))
