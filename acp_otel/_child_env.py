@@ -453,7 +453,10 @@ PROXY_ONLY_PREFIXES = ("OTEL_EXPORTER_", "OTEL_PYTHON_EXPORTER_")
 ENV_OTLP_ENDPOINT = "OTEL_EXPORTER_OTLP_ENDPOINT"
 ENV_OTLP_PROTOCOL = "OTEL_EXPORTER_OTLP_PROTOCOL"
 # Python's GenAI instrumentations read this; content stays off at the agent unless the proxy captures content.
+# NO_CONTENT, not "false": the older instrumentations read a boolean (anything but "true" is off), the newer ones
+# (opentelemetry-util-genai, in its experimental mode) an enum, and warn on "false" before falling back to off.
 ENV_GENAI_CONTENT = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+GENAI_CONTENT_OFF = "NO_CONTENT"
 
 
 def is_proxy_only(name: str) -> bool:
@@ -508,7 +511,7 @@ def agent_telemetry_variables(command: Sequence[str], endpoint: str, capture_con
 
     variables = {ENV_OTLP_ENDPOINT: endpoint, ENV_OTLP_PROTOCOL: "http/protobuf"}
     if not capture_content:
-        variables[ENV_GENAI_CONTENT] = "false"
+        variables[ENV_GENAI_CONTENT] = GENAI_CONTENT_OFF
     key = key_of(command_name(command)) or ""
     for name, value in SWITCHES.get(key, ()):
         variables[name] = value.replace(ENDPOINT, endpoint)

@@ -201,7 +201,7 @@ def test_the_agents_content_switches_follow_capture(outcome: Any) -> None:
         assert got.agent_env.get(name) == (on if capture else off), (profile, name)
     # The GenAI instrumentations' switch (any agent): off unless the proxy captures content.
     genai = got.agent_env.get("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT")
-    assert genai == (None if capture else "false")
+    assert genai == (None if capture else "NO_CONTENT")
 
 
 def test_the_proxys_exporter_settings_never_reach_the_agent(outcome: Any) -> None:

@@ -373,7 +373,7 @@ def test_each_agents_switches_and_content_switches(profile: str, capture: bool) 
     for name, on, off in CONTENT_SWITCHES[profile]:
         assert env[name] == (on if capture else off), name
     assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == RECEIVER and env["OTEL_EXPORTER_OTLP_PROTOCOL"] == "http/protobuf"
-    assert env.get("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT") == (None if capture else "false")
+    assert env.get("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT") == (None if capture else "NO_CONTENT")
     switches = {
         "qwen-code": {"QWEN_TELEMETRY_ENABLED": "true", "QWEN_TELEMETRY_OTLP_ENDPOINT": RECEIVER},
         "gemini-cli": {"GEMINI_TELEMETRY_ENABLED": "true", "GEMINI_TELEMETRY_OTLP_ENDPOINT": RECEIVER},

@@ -207,7 +207,7 @@ def test_the_agent_telemetry_switches_of_a_known_agent() -> None:
         "GEMINI_TELEMETRY_TRACES_ENABLED": "true",
         "GEMINI_TELEMETRY_LOG_PROMPTS": "false",  # its own default is to log prompts
     }
-    assert env["OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"] == "false"
+    assert env["OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"] == "NO_CONTENT"
     env = ce.proxy_agent_environment({}, GEMINI, telemetry_endpoint=receiver, capture_content=True)
     assert env["GEMINI_TELEMETRY_LOG_PROMPTS"] == "true"
     assert "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT" not in env  # left to the agent's own default
@@ -251,7 +251,7 @@ def test_an_unknown_agent_gets_the_standard_variables_only() -> None:
     assert env == {
         "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1",
         "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
-        "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "false",
+        "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "NO_CONTENT",
     }
 
 
