@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given, settings
@@ -76,3 +77,34 @@ def test_a_rewritten_line_replaces_only_itself(monkeypatch: pytest.MonkeyPatch) 
     framing.pump(src_r, dst_w, lambda line: (b"CHANGED" if line == b"change" else line, None), 100)
     os.close(dst_w)
     assert os.read(dst_r, 1000) == b"keep\nCHANGED\nkeep-too"
+
+
+def test_a_lines_callback_runs_once_it_is_written_and_before_the_next_line_is_handled() -> None:
+    """A notification and the prompt's response read in one chunk: the notification's span (ended by the
+    callback) must end before the response is handled (which ends the turn span), not after."""
+    events: list[str] = []
+    src_r, src_w = os.pipe()
+    dst_r, dst_w = os.pipe()
+    framing.write_all(src_w, b"notification\nresponse\nlast\n")  # one write: one read chunk
+    os.close(src_w)
+
+    def handle(line: bytes) -> tuple[bytes, Callable[[], None] | None]:
+        events.append(f"handle {line.decode()}")
+        if line != b"notification":
+            return line, None
+
+        def done() -> None:
+            written = os.read(dst_r, 65536)  # what was written before the callback: the notification
+            events.append(f"done after {written!r}")
+
+        return line, done
+
+    try:
+        framing.pump(src_r, dst_w, handle, 1000)
+    finally:
+        os.close(dst_w)
+        os.close(src_r)
+    rest = os.read(dst_r, 65536)
+    os.close(dst_r)
+    assert events == ["handle notification", "done after b'notification\\n'", "handle response", "handle last"]
+    assert rest == b"response\nlast\n"

@@ -20,7 +20,8 @@ from collections.abc import Callable
 CHUNK_BYTES = 64 * 1024
 
 # What a line handler returns: the bytes to forward in place of the line (without its newline), and
-# a callback to run once they are written (or ``None``).
+# a callback to run once they are written, before the next line is handled (or ``None``): a notification's
+# span so ends before a response read with it in one chunk ends its request's span.
 Handled = tuple[bytes, "Callable[[], None] | None"]
 LineHandler = Callable[[bytes], Handled]
 
@@ -57,6 +58,12 @@ def _read(src: int, state: PumpState) -> bytes:
     state.waiting = False
     state.reads += 1
     return data
+
+
+def _run(after: list[Callable[[], None]]) -> None:
+    for done in after:
+        done()
+    after.clear()
 
 
 def pump(src: int, dst: int, handle: LineHandler | None, max_line_bytes: int, state: PumpState | None = None) -> None:
@@ -97,6 +104,10 @@ def pump(src: int, dst: int, handle: LineHandler | None, max_line_bytes: int, st
             if len(line) > max_line_bytes:
                 out.append(line)
             else:
+                if after:  # a line before this one waits to be out (a notification's span ends once it is written)
+                    write_all(dst, b"".join(out))
+                    out.clear()
+                    _run(after)
                 forward, done = handle(line)
                 out.append(forward)
                 if done is not None:
@@ -112,8 +123,7 @@ def pump(src: int, dst: int, handle: LineHandler | None, max_line_bytes: int, st
             buffered += rest
         if out:
             write_all(dst, b"".join(out))
-        for done in after:
-            done()
+        _run(after)
     if buffered:
         forward, done = handle(bytes(buffered))
         write_all(dst, forward)

@@ -95,3 +95,76 @@ def trace_problems(trace: dict[str, Any], sent: list[TeeSpan]) -> list[str]:
             continue
         problems += span_problems(span, copies[0], processes[copies[0]["processID"]])
     return problems
+
+
+# Jaeger's clock-skew adjuster as its /api/traces runs it (cmd/query/app/querysvc/internal/adjuster/clockskew.go,
+# Jaeger v1.75.0 = 2.12.0), done here on what was sent, to know which spans it must warn about and with which delta.
+# A span's host is its process's tag ``ip`` (a resource attribute ``ip``; the /api/v3 adjuster reads host.id, host.ip,
+# host.name instead); where a child's host differs from the one carried down from its parent, or is empty
+# (OpenTelemetry SDKs set no ``ip``), the delta is calculated afresh from the child's and its parent's times, else
+# the parent's is kept. A non-zero delta is applied only up to ``max_clock_skew_adjust``, 0 by default, so every
+# non-zero delta is a warning instead.
+SKEW_WARNING = "clock skew adjustment disabled; not applying calculated delta of "
+
+
+def host_key(span: TeeSpan) -> str:
+    value = span.resource.get("ip")
+    return value if isinstance(value, str) else ""
+
+
+def skew_delta(child: TeeSpan, parent: TeeSpan) -> int:
+    """Jaeger's calculateSkew, in nanoseconds: 0 when the child fits inside its parent."""
+    parent_duration, child_duration = parent.end_ns - parent.start_ns, child.end_ns - child.start_ns
+    if child_duration > parent_duration:
+        return parent.start_ns - child.start_ns if child.start_ns < parent.start_ns else 0
+    if child.start_ns >= parent.start_ns and child.end_ns <= parent.end_ns:
+        return 0
+    return parent.start_ns + (parent_duration - child_duration) // 2 - child.start_ns
+
+
+def expected_skew(sent: list[TeeSpan]) -> dict[str, int]:
+    """The spans of one trace Jaeger warns about (span id -> delta), walked from the roots as Jaeger does."""
+    by_id = {s.span_id: s for s in sent}
+    children: dict[str, list[TeeSpan]] = {}
+    for span in sent:
+        if span.parent_id in by_id:
+            children.setdefault(span.parent_id, []).append(span)
+    out: dict[str, int] = {}
+    stack: list[tuple[TeeSpan, TeeSpan | None, str, int]] = [
+        (s, None, host_key(s), 0) for s in sent if s.parent_id not in by_id
+    ]
+    while stack:
+        span, parent, host, delta = stack.pop()
+        if parent is not None and (host_key(span) != host or not host_key(span)):
+            host, delta = host_key(span), skew_delta(span, parent)
+        if delta:
+            out[span.span_id] = delta
+        stack += [(child, span, host, delta) for child in children.get(span.span_id, [])]
+    return out
+
+
+def go_duration(ns: int) -> str:
+    """A duration as Go's time.Duration.String writes it (the delta in Jaeger's warning)."""
+    if ns == 0:
+        return "0s"
+    sign, n = ("-" if ns < 0 else ""), abs(ns)
+
+    def fraction(value: int, size: int) -> str:
+        whole, rest = divmod(value, size)
+        return f"{whole}.{str(rest).rjust(len(str(size)) - 1, '0').rstrip('0')}" if rest else str(whole)
+
+    if n < 1_000:
+        return f"{sign}{n}ns"
+    if n < 1_000_000:
+        return f"{sign}{fraction(n, 1_000)}µs"
+    if n < 1_000_000_000:
+        return f"{sign}{fraction(n, 1_000_000)}ms"
+    hours, n = divmod(n, 3_600_000_000_000)
+    minutes, n = divmod(n, 60_000_000_000)
+    head = (f"{hours}h" if hours else "") + (f"{minutes}m" if hours or minutes else "")
+    return f"{sign}{head}{fraction(n, 1_000_000_000)}s"
+
+
+def warnings_shown(trace: dict[str, Any]) -> tuple[list[str], dict[str, list[str]]]:
+    """Jaeger's warnings on a trace: the trace's own, and each span's (span id -> warnings)."""
+    return list(trace.get("warnings") or []), {s["spanID"]: s["warnings"] for s in trace["spans"] if s.get("warnings")}

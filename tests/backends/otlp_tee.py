@@ -52,6 +52,8 @@ class TeeSpan:
     resource: dict[str, Any] = field(default_factory=dict)
     links: list[tuple[str, str]] = field(default_factory=list)  # (trace id, span id) of each link
     event_attributes: list[dict[str, Any]] = field(default_factory=list)  # each event's, in order
+    start_ns: int = 0  # start and end, Unix nanoseconds, as sent
+    end_ns: int = 0
 
 
 class TeeStore:
@@ -82,6 +84,8 @@ class TeeStore:
                             resource=resource,
                             links=[(link.trace_id.hex(), link.span_id.hex()) for link in span.links],
                             event_attributes=[{kv.key: _value(kv.value) for kv in e.attributes} for e in span.events],
+                            start_ns=span.start_time_unix_nano,
+                            end_ns=span.end_time_unix_nano,
                         )
                     )
         with self._lock:
