@@ -47,6 +47,16 @@ RANDOM_ORDER_CELL = ("3.13", LATEST)
 # release and on the next major, not in every cell, to keep CI well inside its time (floors and random_order
 # run the whole suite, these files included).
 LIFECYCLE_FILES = ("tests/test_proxy_shutdown.py", "tests/test_telemetry_lifecycle.py")
+# The proxy's handling of the agent's own telemetry (--agent-telemetry: real proxy and agent processes exporting
+# through the proxy's receiver, minutes a run) does not depend on the SDK release either (the SDK is only the tests'
+# editor): these files run where the lifecycle files do.
+AGENT_TELEMETRY_FILES = (
+    "tests/test_agent_telemetry_proxy.py",
+    "tests/test_agent_privacy_promises.py",
+    "tests/test_agent_joining_promises.py",
+    "tests/test_agent_refused_exports.py",
+    "tests/test_forwarder_stall.py",
+)
 LIFECYCLE_CELLS = {("3.10", "0.8.1"), ("3.13", NEXT)}
 
 # -- CI lanes. `.ci/run` runs the default sessions in two lanes: the sessions tagged "ci-1" (`nox -t ci-1`), then
@@ -169,11 +179,12 @@ def _install(session: nox.Session, sdk: str, extras: str = "", remote: bool = Fa
 @nox.session
 @nox.parametrize(("python", "sdk"), MATRIX)
 def matrix(session: nox.Session, sdk: str) -> None:
-    """The whole test suite against one SDK release on one Python (the process-lifecycle files in some cells)."""
+    """The whole test suite against one SDK release on one Python (the process-lifecycle and agent-telemetry files
+    in some cells)."""
     _install(session, sdk, "[test]", remote=sdk == NEXT)
     args = list(session.posargs)
     if not args and (session.python, sdk) not in LIFECYCLE_CELLS:
-        args = [f"--ignore={path}" for path in LIFECYCLE_FILES]
+        args = [f"--ignore={path}" for path in (*LIFECYCLE_FILES, *AGENT_TELEMETRY_FILES)]
     # The pytest script (not python -m pytest) keeps the repo root off sys.path: the installed
     # package is what gets tested. -rs lists every skip with its reason.
     session.run("pytest", "-q", "-rs", "-p", "no:cacheprovider", *args)
