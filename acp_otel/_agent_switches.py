@@ -66,6 +66,9 @@ SWITCHES: dict[str, tuple[tuple[str, str], ...]] = {
     # built with that reader replaced by a fixed configuration; its OTLP settings come only from an organisation's
     # remote configuration (docs/agent-telemetry.md).
     "cline": (),
+    # It ends without exporting its last batch when the editor closes its stdin (the turn's last model call, with
+    # the default 5 s delay): sent while the turn runs.
+    "opencode": (("OTEL_BSP_SCHEDULE_DELAY", "1000"),),
     # Its settings from the environment: SECTION__FIELD; the endpoint is the traces URL itself.
     "fast-agent": (("OTEL__ENABLED", "true"), ("OTEL__OTLP_ENDPOINT", ENDPOINT + "/v1/traces")),
 }
