@@ -378,7 +378,10 @@ def test_each_agents_switches_and_content_switches(profile: str, capture: bool) 
         "qwen-code": {"QWEN_TELEMETRY_ENABLED": "true", "QWEN_TELEMETRY_OTLP_ENDPOINT": RECEIVER},
         "gemini-cli": {"GEMINI_TELEMETRY_ENABLED": "true", "GEMINI_TELEMETRY_OTLP_ENDPOINT": RECEIVER},
         "claude-code": {"CLAUDE_CODE_ENABLE_TELEMETRY": "1", "OTEL_LOGS_EXPORTER": "otlp"},
-        "opencode": {"OPENCODE_CONFIG_CONTENT": '{"experimental": {"openTelemetry": true}}'},
+        "opencode": {
+            "OPENCODE_CONFIG_CONTENT": '{"experimental": {"openTelemetry": true}}',
+            "OTEL_BSP_SCHEDULE_DELAY": "1000",
+        },
     }.get(profile, {})
     assert switches.items() <= env.items()
     key = sw.key_of(profile) or ""
