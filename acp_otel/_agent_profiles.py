@@ -214,9 +214,11 @@ PROFILES: tuple[AgentProfile, ...] = (
             reports_tool_calls=True,
             span_maps=SPAN_MAPS["opencode"],
             seen=True,
-            emits="about a thousand spans a turn (`Tool.execute` per tool call, `LLM.run` per model call without "
-            "tokens, SQL, HTTP, plugins), one trace per process whose root it never exports; INFO log lines",
-            content="file paths and shell commands in its INFO log lines",
+            emits="about a thousand spans a turn (`Tool.execute` per tool call, `LLM.run` per model call "
+            "without attributes, the AI SDK's `ai.streamText.doStream` per model call with tokens, SQL, HTTP, "
+            "plugins), one trace per process whose root it never exports; INFO log lines",
+            content="file paths and shell commands in its INFO log lines; the AI SDK's prompt, response and tool "
+            "calls on its spans",
         ),
     ),
     AgentProfile(

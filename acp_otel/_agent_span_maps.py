@@ -54,13 +54,25 @@ SPAN_MAPS: dict[str, tuple[SpanMap, ...]] = {
         ),
     ),
     # OpenCode 1.18.33: ``Tool.execute`` carries tool.name and tool.call_id (the ACP tool call id) and no GenAI
-    # names; ``LLM.run`` carries no attribute at all: only its operation is known (from its name).
+    # names. Its ``LLM.run`` spans carry no attribute at all and miss a model call of the turn: its model calls are
+    # the AI SDK's provider-call spans (``experimental.openTelemetry``, switched on by the proxy), which carry the
+    # model, the tokens and gen_ai.system (the provider as the AI SDK names it: ``openai.chat``, ``<id>.chat``), no
+    # operation. ``LLM.run``, ``ai.streamText`` and ``ai.toolCall`` (beside ``Tool.execute``) stay unmapped.
     "opencode": (
         SpanMap(
             "Tool.execute",
             set=(("gen_ai.operation.name", "execute_tool"),),
             copy=(("gen_ai.tool.name", "tool.name"), ("gen_ai.tool.call.id", "tool.call_id")),
         ),
-        SpanMap("LLM.run", set=(("gen_ai.operation.name", "chat"),)),
+        SpanMap(
+            "ai.streamText.doStream",
+            set=(("gen_ai.operation.name", "chat"),),
+            copy=(("gen_ai.provider.name", "gen_ai.system"),),
+        ),
+        SpanMap(
+            "ai.generateText.doGenerate",
+            set=(("gen_ai.operation.name", "chat"),),
+            copy=(("gen_ai.provider.name", "gen_ai.system"),),
+        ),
     ),
 }

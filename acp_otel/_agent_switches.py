@@ -5,6 +5,7 @@ reads it before the agent is started; :mod:`acp_otel._agent_profiles` builds the
 
 from __future__ import annotations
 
+import json
 import re
 
 # The value of a telemetry switch that stands for the proxy's receiver (``http://127.0.0.1:<port>``).
@@ -65,6 +66,9 @@ SWITCHES: dict[str, tuple[tuple[str, str], ...]] = {
     # built with that reader replaced by a fixed configuration; its OTLP settings come only from an organisation's
     # remote configuration (docs/agent-telemetry.md).
     "cline": (),
+    # It ends without exporting its last batch when the editor closes its stdin (the turn's last model call, with
+    # the default 5 s delay): sent while the turn runs.
+    "opencode": (("OTEL_BSP_SCHEDULE_DELAY", "1000"),),
     # Its settings from the environment: SECTION__FIELD; the endpoint is the traces URL itself.
     "fast-agent": (("OTEL__ENABLED", "true"), ("OTEL__OTLP_ENDPOINT", ENDPOINT + "/v1/traces")),
 }
@@ -82,6 +86,35 @@ CONTENT_SWITCHES: dict[str, tuple[tuple[str, str, str], ...]] = {
     ),
     "gemini-cli": (("GEMINI_TELEMETRY_LOG_PROMPTS", "true", "false"),),  # its default is true
 }
+
+# Per profile key: variables holding a JSON configuration the agent reads (a JSON object), and what the proxy merges
+# into it: into the value the agent's environment already has (a user's own), key by key, the proxy's values
+# winning; a value that is not a JSON object is left alone. OpenCode reads ``OPENCODE_CONFIG_CONTENT`` as a config
+# layer; ``experimental.openTelemetry`` turns on the AI SDK's spans of its model calls (their tokens).
+CONFIG_SWITCHES: dict[str, tuple[tuple[str, dict[str, object]], ...]] = {
+    "opencode": (("OPENCODE_CONFIG_CONTENT", {"experimental": {"openTelemetry": True}}),),
+}
+
+
+def merged_config(own: str | None, switch: dict[str, object]) -> str | None:
+    """``switch`` merged into the JSON object ``own`` (none: ``switch`` alone); None when ``own`` is not one."""
+    if own is None or not own.strip():
+        return json.dumps(switch)
+    try:
+        config = json.loads(own)
+    except ValueError:
+        return None
+    if not isinstance(config, dict):
+        return None
+    return json.dumps(_merge(config, switch))
+
+
+def _merge(into: dict[str, object], values: dict[str, object]) -> dict[str, object]:
+    out = dict(into)
+    for key, value in values.items():
+        mine = out.get(key)
+        out[key] = _merge(mine, value) if isinstance(mine, dict) and isinstance(value, dict) else value
+    return out
 
 
 def normalized(name: str) -> str:

@@ -499,15 +499,19 @@ def proxy_agent_environment(
             else:
                 del env[ENV_PYTHONPATH]
     if telemetry_endpoint is not None:
-        env.update(agent_telemetry_variables(command, telemetry_endpoint, capture_content))
+        env.update(agent_telemetry_variables(command, telemetry_endpoint, capture_content, env))
     return env
 
 
-def agent_telemetry_variables(command: Sequence[str], endpoint: str, capture_content: bool) -> dict[str, str]:
+def agent_telemetry_variables(
+    command: Sequence[str], endpoint: str, capture_content: bool, environ: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """The variables that point an agent's own telemetry at ``endpoint``: the standard ones for any agent, and
-    those of the agent ``command`` names (its profile), content switched as ``capture_content`` says."""
+    those of the agent ``command`` names (its profile), content switched as ``capture_content`` says; its JSON
+    configuration switches merged into the value ``environ`` (the agent's environment) holds, which is left alone
+    when it is not a JSON object."""
     # Here, not at the top: only with the option on (the agents' data, not the profiles: those import dataclasses).
-    from ._agent_switches import CONTENT_SWITCHES, ENDPOINT, SWITCHES, key_of
+    from ._agent_switches import CONFIG_SWITCHES, CONTENT_SWITCHES, ENDPOINT, SWITCHES, key_of, merged_config
 
     variables = {ENV_OTLP_ENDPOINT: endpoint, ENV_OTLP_PROTOCOL: "http/protobuf"}
     if not capture_content:
@@ -517,6 +521,10 @@ def agent_telemetry_variables(command: Sequence[str], endpoint: str, capture_con
         variables[name] = value.replace(ENDPOINT, endpoint)
     for name, on, off in CONTENT_SWITCHES.get(key, ()):
         variables[name] = on if capture_content else off
+    for name, config in CONFIG_SWITCHES.get(key, ()):
+        merged = merged_config((environ or {}).get(name), config)
+        if merged is not None:
+            variables[name] = merged
     return variables
 
 

@@ -63,7 +63,18 @@ AGENT_KEYS = {
         "tool.output",
         "response.model_output",
     ),
-    "opencode": (),
+    "opencode": (  # the AI SDK's spans (experimental.openTelemetry)
+        "ai.prompt",
+        "ai.prompt.messages",
+        "ai.prompt.tools",
+        "ai.response.text",
+        "ai.response.reasoning",
+        "ai.response.toolCalls",
+        "ai.response.object",
+        "ai.toolCall.args",
+        "ai.toolCall.result",
+        "ai.telemetry.metadata.userId",
+    ),
     "none": (),
 }
 # OpenCode's log lines: a message, then details that carry paths and commands.

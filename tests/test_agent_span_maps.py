@@ -126,18 +126,41 @@ def qwen_turn(tool_call_id: str) -> list[Span]:
 
 
 def opencode_turn(tool_call_ids: list[str], sql: int = 357) -> list[Span]:
-    """OpenCode 1.18.33: some 930 spans of its internals under the turn's loop (whose parent, the process's, it
-    never exports); ``LLM.run`` without attributes, an HTTP POST under it; ``Tool.execute`` with ``tool.*``."""
+    """OpenCode 1.18.33 with ``experimental.openTelemetry`` (as the proxy switches it): some 930 spans of its
+    internals under the turn's loop (whose parent, the process's, it never exports); per model call ``LLM.run``
+    without attributes, the AI SDK's ``ai.streamText`` under it and its provider call ``ai.streamText.doStream``
+    (gen_ai.system, the model, the tokens, the prompt and the response), an HTTP POST under that, and an
+    ``ai.toolCall`` beside it (its arguments and result); ``Tool.execute`` with ``tool.*``."""
     loop = _span("SessionPrompt.loop", session__id="sess-1")
     spans = [loop]
     for name in ("Session.get", "Config.get", "Plugin.trigger", "Provider.getModel", "Agent.get") * 75:
         holder = _span(name, loop)
         spans += [holder, _span("sql.execute", holder, db__system__name="sqlite")]
     spans += [_span("sql.execute", loop, db__system__name="sqlite") for _ in range(sql - 200)]
-    for _ in range(3):
+    for n in range(3):
         stream = _span("SessionProcessor.process", loop)
         llm = _span("LLM.run", stream)
-        spans += [stream, llm, _span("POST", llm, kind=CLIENT, http__request__method="POST")]
+        sdk = _span(
+            "ai.streamText",
+            llm,
+            ai__operationId="ai.streamText",
+            ai__prompt='{"messages":[]}',
+            ai__usage__inputTokens=1300 + n,
+            ai__usage__outputTokens=43,
+        )
+        call = _span(
+            "ai.streamText.doStream",
+            sdk,
+            ai__operationId="ai.streamText.doStream",
+            ai__prompt__messages="[]",
+            gen_ai__system="local.chat",
+            gen_ai__request__model="scripted-model",
+            gen_ai__response__model="scripted-model",
+            gen_ai__usage__input_tokens=1300 + n,
+            gen_ai__usage__output_tokens=43,
+        )
+        tool_call = _span("ai.toolCall", sdk, ai__toolCall__name="read", ai__toolCall__id=f"call_{n}")
+        spans += [stream, llm, sdk, call, _span("POST", call, kind=CLIENT, http__request__method="POST"), tool_call]
         spans += [_span("Plugin.trigger", llm), _span("sql.execute", stream)]
     for call in tool_call_ids:
         tool = _span("Tool.execute", loop, tool__name="read", tool__call_id=call, session__id="sess-1")
@@ -160,7 +183,7 @@ def test_gemini_cli_model_calls_get_a_defined_operation_and_the_provider_its_own
         assert (attributes["gen_ai.usage.input_tokens"], attributes["gen_ai.usage.output_tokens"]) == (120, 7)
 
 
-def test_opencode_tool_execute_becomes_an_execute_tool_span_and_llm_run_a_chat() -> None:
+def test_opencode_tool_execute_becomes_an_execute_tool_span_and_the_ai_sdks_provider_call_a_chat() -> None:
     request = _request(*opencode_turn(["toolu_1"]))
     SpanMapper(telemetry_of("opencode").span_maps).apply(request)
     (tool,) = [s for s in _forwarded(request) if s.name == "Tool.execute"]
@@ -169,9 +192,14 @@ def test_opencode_tool_execute_becomes_an_execute_tool_span_and_llm_run_a_chat()
     assert (attributes["gen_ai.tool.name"], attributes["gen_ai.tool.call.id"]) == ("read", "toolu_1")
     assert "acp.agent_span.operation.name" not in attributes  # it sent none: nothing of its own changed
     assert attributes["tool.call_id"] == "toolu_1"  # its own attributes stay
-    for llm in (s for s in _forwarded(request) if s.name == "LLM.run"):
-        assert _attrs(llm) == {"gen_ai.operation.name": "chat"}
-    assert all("gen_ai.operation.name" not in _attrs(s) for s in _forwarded(request) if s.name == "sql.execute")
+    calls = [_attrs(s) for s in _forwarded(request) if s.name == "ai.streamText.doStream"]
+    assert [(a["gen_ai.operation.name"], a["gen_ai.provider.name"]) for a in calls] == [("chat", "local.chat")] * 3
+    assert [a["gen_ai.usage.input_tokens"] for a in calls] == [1302, 1301, 1300]  # its tokens, as integers
+    assert all(a["gen_ai.system"] == "local.chat" for a in calls)  # its own attributes stay
+    # The rest is no model call and no tool call: LLM.run and ai.streamText wrap the provider call, ai.toolCall is
+    # the tool call Tool.execute reports.
+    others = ("LLM.run", "ai.streamText", "ai.toolCall", "sql.execute")
+    assert all("gen_ai.operation.name" not in _attrs(s) for s in _forwarded(request) if s.name in others)
 
 
 def test_qwen_code_spans_are_forwarded_as_they_came_and_unknown_agents_get_no_map() -> None:
@@ -190,12 +218,12 @@ def test_a_tool_call_is_the_agents_only_when_an_execute_tool_span_carries_its_ge
     joiner, _, facts = _joiner("opencode")  # not mapped: tool.call_id alone is no report by the conventions
     joiner.join_spans(_request(*opencode_turn(["toolu_1"])))
     joiner.join_spans(_request(_span("Tool.execute", gen_ai__operation__name="execute_tool", tool__call_id="x")))
-    assert facts == []
+    assert facts == [(False, True)]  # the provider calls' tokens are usage even unmapped; no tool call
     joiner, mapper, facts = _joiner("opencode")  # mapped: its Tool.execute reports the tool call
     request = _request(*opencode_turn(["toolu_1"]))
     mapper.apply(request)
     joiner.join_spans(request)
-    assert facts == [(True, False)]  # and no usage: LLM.run has no tokens
+    assert facts == [(True, True)]  # and the usage: the provider calls' tokens
     (tool,) = [s for s in _forwarded(joiner.release(everything=True)) if s.name == "Tool.execute"]
     assert joiner.tool_span(TURN_TRACE, "toolu_1") == tool.span_id  # the proxy's spans of the call go under it
 
@@ -230,13 +258,21 @@ def test_opencode_turn_forwarded_under_a_hundred_spans_model_calls_tools_and_the
     out = _forwarded(joiner.release(everything=True))  # ...then joined under the turn
     names = sorted(s.name for s in out)
     assert names == sorted(
-        ["SessionPrompt.loop", *["SessionProcessor.process", "LLM.run", "POST"] * 3] + ["Tool.execute"] * 2
+        [
+            "SessionPrompt.loop",
+            *["SessionProcessor.process", "LLM.run", "ai.streamText", "ai.streamText.doStream", "POST"] * 3,
+        ]
+        + ["Tool.execute"] * 2
     )
     assert len(out) < 100 and joiner.spans_left_out == len(sent) - len(out)
     _check_nothing_dangles(out)
     (loop,) = [s for s in out if s.name == "SessionPrompt.loop"]
     assert loop.parent_span_id == TURN_SPAN
-    assert all(_attrs(s).get("gen_ai.operation.name") in READ for s in out if s.name in ("LLM.run", "Tool.execute"))
+    assert all(
+        _attrs(s).get("gen_ai.operation.name") in READ
+        for s in out
+        if s.name in ("ai.streamText.doStream", "Tool.execute")
+    )
 
 
 def test_all_forwards_every_span() -> None:

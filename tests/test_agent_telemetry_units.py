@@ -378,13 +378,40 @@ def test_each_agents_switches_and_content_switches(profile: str, capture: bool) 
         "qwen-code": {"QWEN_TELEMETRY_ENABLED": "true", "QWEN_TELEMETRY_OTLP_ENDPOINT": RECEIVER},
         "gemini-cli": {"GEMINI_TELEMETRY_ENABLED": "true", "GEMINI_TELEMETRY_OTLP_ENDPOINT": RECEIVER},
         "claude-code": {"CLAUDE_CODE_ENABLE_TELEMETRY": "1", "OTEL_LOGS_EXPORTER": "otlp"},
+        "opencode": {
+            "OPENCODE_CONFIG_CONTENT": '{"experimental": {"openTelemetry": true}}',
+            "OTEL_BSP_SCHEDULE_DELAY": "1000",
+        },
     }.get(profile, {})
     assert switches.items() <= env.items()
-    expected = 3 - capture + len(CONTENT_SWITCHES[profile]) + len(sw.SWITCHES.get(sw.key_of(profile) or "", ()))
+    key = sw.key_of(profile) or ""
+    expected = 3 - capture + len(CONTENT_SWITCHES[profile]) + len(sw.SWITCHES.get(key, ()))
+    expected += len(sw.CONFIG_SWITCHES.get(key, ()))
     assert len(env) == expected
     assert ce.agent_telemetry_variables(["fast-agent"], RECEIVER, capture)["OTEL__OTLP_ENDPOINT"] == (
         RECEIVER + "/v1/traces"
     )
+
+
+def test_opencodes_config_switch_is_merged_into_the_users_own_config() -> None:
+    """The user's own ``OPENCODE_CONFIG_CONTENT`` keeps its settings and gets the switch; one that is not a JSON
+    object is left alone (the proxy does not guess)."""
+    own = {"model": "mine/x", "experimental": {"batch_tool": True, "openTelemetry": False}}
+    env = ce.proxy_agent_environment(
+        {"OPENCODE_CONFIG_CONTENT": json.dumps(own)}, ["opencode", "acp"], telemetry_endpoint=RECEIVER
+    )
+    assert json.loads(env["OPENCODE_CONFIG_CONTENT"]) == {
+        "model": "mine/x",
+        "experimental": {"batch_tool": True, "openTelemetry": True},
+    }
+    for odd in ("[1]", "{not json", '"x"'):
+        env = ce.proxy_agent_environment(
+            {"OPENCODE_CONFIG_CONTENT": odd}, ["opencode", "acp"], telemetry_endpoint=RECEIVER
+        )
+        assert env["OPENCODE_CONFIG_CONTENT"] == odd
+    env = ce.proxy_agent_environment({"OPENCODE_CONFIG_CONTENT": json.dumps(own)}, ["opencode", "acp"])
+    assert json.loads(env["OPENCODE_CONFIG_CONTENT"]) == own  # without --agent-telemetry: untouched
+    assert "OPENCODE_CONFIG_CONTENT" not in ce.proxy_agent_environment({}, ["gemini"], telemetry_endpoint=RECEIVER)
 
 
 def test_the_proxys_exporter_settings_stay_with_the_proxy() -> None:

@@ -5,7 +5,8 @@ content: the attributes the OpenTelemetry GenAI conventions mark as content (mes
 call arguments and results, and their former indexed and event forms), and what the known agents write of their
 own (found by running each against a sink, and in their sources; docs/agent-telemetry.md): Gemini CLI's and Qwen
 Code's prompt, request, response and tool-argument attributes (Qwen Code writes tool arguments and sub-agent answers
-whatever its prompt logging says), OpenCode's log lines, whose details carry file paths and shell commands.
+whatever its prompt logging says), OpenCode's log lines, whose details carry file paths and shell commands, and the
+AI SDK's prompt, response and tool-call attributes on OpenCode's spans.
 
 A removed attribute is gone (key and value); a removed log body is emptied, or, for OpenCode's lines, cut to their
 message. Each removal counts one.
@@ -74,6 +75,22 @@ AGENT_KEYS: dict[str, frozenset[str]] = {
             "tool_input",
             "tool.output",
             "response.model_output",
+        }
+    ),
+    # The AI SDK's spans of its model and tool calls (``experimental.openTelemetry``): prompt, messages, tool
+    # definitions, response text, tool calls with their arguments and results; its metadata's user id (a user name).
+    "opencode": frozenset(
+        {
+            "ai.prompt",
+            "ai.prompt.messages",
+            "ai.prompt.tools",
+            "ai.response.text",
+            "ai.response.reasoning",
+            "ai.response.toolCalls",
+            "ai.response.object",
+            "ai.toolCall.args",
+            "ai.toolCall.result",
+            "ai.telemetry.metadata.userId",
         }
     ),
 }

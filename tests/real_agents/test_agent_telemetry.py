@@ -45,7 +45,7 @@ AGENTS_ON = [*AGENTS, "claude", "fast_agent"]
 # Each agent's span per model call (as its own telemetry names it).
 MODEL_CALL = {
     "gemini": "llm_call",
-    "opencode": "LLM.run",
+    "opencode": "ai.streamText.doStream",  # the AI SDK's provider call (the proxy switches its spans on)
     "qwen": "qwen-code.llm_request",
     "claude": "claude_code.llm_request",
     "fast_agent": "openai.chat",
@@ -259,8 +259,23 @@ async def test_agent_telemetry_on(name: str, tmp_path: Path, model: ModelServer,
     check(all(_under(s, turn, index) for s in in_turn), "the model calls under the turn span", in_turn)
     operations = [s.attributes.get("gen_ai.operation.name") for s in in_turn]
     check(all(o in MODEL_CALL_OPERATIONS for o in operations), "the model calls by the conventions", operations)
-    if name in ("gemini", "qwen", "claude"):  # their model-call spans carry the tokens
+    if name in ("gemini", "qwen", "claude", "opencode"):  # their model-call spans carry the tokens
         check(all("gen_ai.usage.input_tokens" in s.attributes for s in in_turn), "tokens on the model calls", in_turn)
+    if name == "opencode":  # each model call once (its LLM.run is none), with the tokens the model served
+        agents_calls = [
+            s
+            for s in spans
+            if s.service != PROXY_SERVICE
+            and s.attributes.get("gen_ai.operation.name") in MODEL_CALL_OPERATIONS
+            and turn.start_ns <= s.start_ns <= turn.end_ns
+        ]
+        check(len(agents_calls) == len(model.turns[-1]), "one model-call span per model call", agents_calls)
+        used = tuple(
+            sum(int(str(s.attributes.get(f"gen_ai.usage.{k}_tokens"))) for s in in_turn) for k in ("input", "output")
+        )
+        check(used == model.served(len(model.turns) - 1), "the tokens the model served", [used, model.turns])
+        providers = {s.attributes.get("gen_ai.provider.name") for s in in_turn}
+        check(providers == {"local.chat"}, "the provider, as the AI SDK names it", providers)
     if name == "gemini":  # its own operation name kept beside the defined one, the provider added
         mapped = {
             (c.attributes.get("acp.agent_span.operation.name"), c.attributes.get("gen_ai.provider.name"))
@@ -335,7 +350,7 @@ async def test_settings_in_the_agents_command_are_the_agents(
     itself, as told; the backend's header, given to the proxy only, is still not in its environment."""
     prefix = ("env", f"OTEL_EXPORTER_OTLP_ENDPOINT={sink.endpoint}")
     _, environs, secret = await _proxied("opencode", False, tmp_path, model, sink, script, prefix)
-    sink.wait_for(lambda s: any(x.name == MODEL_CALL["opencode"] for x in s), timeout=60)
+    sink.wait_for(lambda s: any(x.name == "LLM.run" for x in s), timeout=60)  # its own spans (no AI SDK switch)
     check = Checks()
     check({e.get("OTEL_EXPORTER_OTLP_ENDPOINT") for e in environs} == {sink.endpoint}, "the command's endpoint")
     leaked = [k for env in environs for k, v in env.items() if secret in v]
@@ -352,8 +367,9 @@ CONTENT_SWITCHES = {
         ("QWEN_TELEMETRY_LOG_PROMPTS", "true", "false"),
         ("QWEN_TELEMETRY_INCLUDE_SENSITIVE_SPAN_ATTRIBUTES", "true", "false"),
     ),
+    "opencode": (),  # none: the AI SDK's spans record content whatever it is told; the scrubber removes it
 }
-PROFILE = {"gemini": "gemini-cli", "qwen": "qwen-code"}
+PROFILE = {"gemini": "gemini-cli", "qwen": "qwen-code", "opencode": "opencode"}
 
 
 def _carriers(sink: Sink, canary: str) -> set[str]:
@@ -387,15 +403,21 @@ def _carriers(sink: Sink, canary: str) -> set[str]:
     return found
 
 
-@pytest.mark.parametrize("name", ["gemini", "qwen"])
+@pytest.mark.parametrize("name", ["gemini", "qwen", "opencode"])
 async def test_the_agents_content_keys_and_switches(
     name: str, tmp_path: Path, model: ModelServer, sink: Sink, script: Script
 ) -> None:
-    """Gemini CLI's and Qwen Code's content (the turn's canaries in the prompt, the files and the command): with
-    capture on it reaches the backend, under keys the scrubber knows as content for that agent, and the agent
-    process has its content switches on; with capture off, off (the scrubber's own checks are
+    """Gemini CLI's, Qwen Code's and OpenCode's content (the turn's canaries in the prompt, the files and the
+    command): with capture on it reaches the backend, under keys the scrubber knows as content for that agent, and
+    the agent process has its content switches on; with capture off, off (the scrubber's own checks are
     ``test_agent_telemetry_on``'s: none of it at the backend)."""
-    from acp_otel._proxy.agent_content import AGENT_KEYS, CONTENT_EVENTS, CONVENTION_KEYS, CONVENTION_PREFIXES
+    from acp_otel._proxy.agent_content import (
+        AGENT_KEYS,
+        CONTENT_EVENTS,
+        CONVENTION_KEYS,
+        CONVENTION_PREFIXES,
+        MESSAGE_ONLY_LOGS,
+    )
 
     check = Checks()
     run, environs, _secret = await _proxied(name, True, tmp_path, model, sink, script, capture=True)
@@ -409,8 +431,8 @@ async def test_the_agents_content_keys_and_switches(
 
     def scrubbed(where: str) -> bool:
         key = where.rpartition(" ")[2]
-        if where.startswith("log body"):
-            return key in CONTENT_EVENTS
+        if where.startswith("log body"):  # an event's body, or a log line cut to its message
+            return key in CONTENT_EVENTS or PROFILE[name] in MESSAGE_ONLY_LOGS
         return key in known or key.startswith(CONVENTION_PREFIXES)
 
     check(all(scrubbed(w) for w in carriers), "every key that carries content is one the scrubber removes", carriers)
