@@ -380,7 +380,7 @@ def test_each_agents_switches_and_content_switches(profile: str, capture: bool) 
         "claude-code": {"CLAUDE_CODE_ENABLE_TELEMETRY": "1", "OTEL_LOGS_EXPORTER": "otlp"},
         "opencode": {
             "OPENCODE_CONFIG_CONTENT": '{"experimental": {"openTelemetry": true}}',
-            "OTEL_BSP_SCHEDULE_DELAY": "1000",
+            "OTEL_BSP_SCHEDULE_DELAY": "200",
         },
     }.get(profile, {})
     assert switches.items() <= env.items()
