@@ -31,7 +31,30 @@ from acp_otel import _child_env as ce
         (["bun.exe", "./src/index.ts"], "index"),
         (["node", "/opt/tools/dist/main.mjs"], "tools"),
         (["node", "dist/lib/index.js"], "index"),
+        (["python", "-c", "import agent", "x.py"], "python"),
+        (["python", "-cimport agent", "x.py"], "python"),
+        (["python", "-mhttp.server"], "server"),
+        (["python", "-mmain"], "main"),
+        (["python", "-m", "a.cli.x"], "x"),
+        (["python", "/dist/main.py"], "main"),
+        (["node", "/dist/../index.js"], "index"),
         # wrappers
+        (["opentelemetry-instrument", "--traces_exporter", "otlp", "--x=1", "gemini", "--acp"], "gemini"),
+        (["opentelemetry-instrument", "--service_name", "s", "gemini"], "gemini"),
+        (["env", "--chdir", "/tmp", "gemini"], "gemini"),
+        (["env", "-S", "python", "agent.py"], "agent"),
+        (["cargo", "run", "agent"], "cargo"),
+        (["uvx", "--", "-dash-agent"], "-dash-agent"),
+        (["uvx", "--from", "x", "--", "pkg", "more"], "pkg"),
+        (["npx", "@scope"], "acp-agent"),
+        (["uvx", "git+ssh://git@github.com/o/repo.git"], "repo"),
+        (["bunx", "https://user@example.com/pkgs/tool.tgz"], "tool.tgz"),
+        (["bash", "-c", "python agent.py"], "agent"),
+        (["sh", "-c", "$0 agent.py", "python", "other.py"], "agent"),
+        (["bash", "-c", "A=1"], "bash"),
+        (["bash", "-c", "=x agent"], "=x"),
+        (["bash", "-c", "exec $AGENT --acp"], "bash"),
+        (["sh", "/usr/bin/env", "gemini"], "gemini"),
         (["env", "-u", "X", "-C", "/tmp", "--unset", "Y", "-i", "A=1", "gemini", "--acp"], "gemini"),
         (["env", "-S", "codex-acp --x", "more"], "codex-acp"),
         (["env", "--split-string", "qwen --acp"], "qwen"),
@@ -82,6 +105,21 @@ def test_service_names_of_commands(command: list[str], expected: str) -> None:
     assert ce.service_name_for_command(command[0], command[1:]) == expected
 
 
+@pytest.mark.parametrize(
+    "wrapper",
+    [["env"], ["opentelemetry-instrument"], ["uv", "run"], ["bash"], ["acp-otel", "proxy", "--"]],
+)
+def test_wrappers_are_unwrapped_five_deep(wrapper: list[str]) -> None:
+    suffix = "-proxy" if wrapper[0] == "acp-otel" else ""
+    tail = ["/usr/bin/env.exe", "gemini"]  # a sixth wrapper: named after itself, without its suffix
+    assert ce.service_name_for_command(*_split(wrapper * 4 + tail)) == "gemini" + suffix * 4
+    assert ce.service_name_for_command(*_split(wrapper * 5 + tail)) == "env" + suffix * 5
+
+
+def _split(command: list[str]) -> tuple[str, list[str]]:
+    return command[0], command[1:]
+
+
 # ---------------------------------------------------------------------- scripts of packages, profiles
 
 
@@ -97,7 +135,8 @@ def test_a_generic_script_is_named_after_its_packages_manifest(tmp_path: Path) -
     assert ce.service_name_for_command("node", ["--x", entry]) == "cli-entry"
     assert ce.command_name(["node", "--x", entry]) == "qwen-code"
     assert ce.command_name(["python3", entry]) == "qwen-code"
-    assert ce.command_name(["qwen", entry]) == "qwen"  # not an interpreter: its own name
+    assert ce.command_name(["wrapper-tool", entry]) == "wrapper-tool"  # not an interpreter: its own name
+    assert ce.command_name(["node", str(package / "gemini.js")]) == "gemini"  # a known agent by its own name
     assert ce.command_name(["node", "--x"]) == "node"
     (package / "package.json").write_text(json.dumps({"name": "unknown-tool"}))
     assert ce.command_name(["node", entry]) == "cli-entry"  # a package of no known agent: the script's name
@@ -122,12 +161,14 @@ def test_what_a_command_goes_by_when_it_is_not_a_command() -> None:
     assert ce.command_name(["npx", "-y", "@google/gemini-cli"]) == "gemini-cli"
     assert ce.proxy_service_name(["npx", "-y", "@google/gemini-cli"]) == "gemini-cli-proxy"
     assert ce.proxy_service_name([]) == "acp-agent-proxy"
+    assert ce.proxy_service_name(["python", "agent.py"]) == "agent-proxy"
     assert ce.service_name_for_command("", []) == "acp-agent"
 
 
 def test_resource_attributes_without_the_service_name() -> None:
     value = "service.name=editor, team = x ,=orphan,noequals,service%2Ename=e2,k=a=b"
     assert ce.has_service_name(value) and ce.has_service_name("service%2Ename=x")
+    assert ce.has_service_name("service.name=a=b")
     assert not ce.has_service_name("team=x,service.names=y") and not ce.has_service_name("")
     assert ce.without_service_name(value) == "team=x,k=a=b"
 
