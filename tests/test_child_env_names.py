@@ -38,7 +38,20 @@ from acp_otel import _child_env as ce
         (["python", "-m", "a.cli.x"], "x"),
         (["python", "/dist/main.py"], "main"),
         (["node", "/dist/../index.js"], "index"),
+        (["python", ".py"], ".py"),
+        (["node", "-m", "acp_otel", "proxy", "--", "x"], "acp_otel"),
+        (["/dist/main.exe"], "main"),
+        (["/usr/bin/codeX"], "codeX"),
         # wrappers
+        (["pipenv", "run", "a.py"], "a"),
+        (["pdm", "run", "python", "b.py"], "b"),
+        (["hatch", "run", "c"], "c"),
+        (["rye", "run", "d"], "d"),
+        (["pipx", "run", "kimi-cli"], "kimi-cli"),
+        (["yarn", "dlx", "create-agent@2"], "create-agent"),
+        (["pnpm", "x", "agent-pkg"], "agent-pkg"),
+        (["npm", "run", "start"], "start"),
+        (["make", "exec", "tool@1"], "make"),
         (["opentelemetry-instrument", "--traces_exporter", "otlp", "--x=1", "gemini", "--acp"], "gemini"),
         (["opentelemetry-instrument", "--service_name", "s", "gemini"], "gemini"),
         (["env", "--chdir", "/tmp", "gemini"], "gemini"),
@@ -187,7 +200,7 @@ def _interpreter(prefix: Path, name: str = "python3.11", venv: bool = True) -> P
 
 
 def _script(path: Path, first_line: str) -> str:
-    path.write_text(f"{first_line}\nprint(1)\n")
+    path.write_bytes(f"{first_line}\nprint(1)\n".encode("utf-8", "surrogateescape"))
     path.chmod(0o755)
     return str(path)
 
@@ -215,6 +228,9 @@ def test_the_child_runs_this_environment_only_with_its_interpreter(tmp_path: Pat
         ("#!/bin/sh", False),
         ("#!", False),
         ("# no interpreter line", False),
+        ("#!" + " " * (511 - len(this)) + this, False),  # the line is read to its 512th byte: cut short
+        ("#!" + " " * (510 - len(this)) + this, True),
+        (f"#!{this} \udcff", True),  # not UTF-8 past the interpreter: read anyway
     ):
         script = _script(scripts / "agent", first_line)
         assert ce.sitecustomize_belongs(script, [], this, path_env=bin_dir) is belongs, first_line
