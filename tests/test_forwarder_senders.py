@@ -161,7 +161,7 @@ def test_tls_with_the_backends_certificate_and_a_client_certificate(env: pytest.
     with _TlsBackend(pki) as backend:
         env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", backend.endpoint)
         forwarder, _ = _send_all(("traces", _spans(1)))  # the system's roots do not know the backend
-        assert forwarder.accounts["traces"].failed == 1 and "SSLError" in forwarder.accounts["traces"].errors[0]
+        assert "CERTIFICATE_VERIFY_FAILED" in forwarder.accounts["traces"].errors[0]
         env.setenv("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE", str(pki / "server.pem"))
         forwarder, _ = _send_all(("traces", _spans(1)))  # no client certificate: refused by the backend
         assert forwarder.accounts["traces"].failed == 1 and backend.clients == []
@@ -255,6 +255,7 @@ def test_grpc_over_tls_with_the_backends_certificate(
     env.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "2000")
     forwarder, _ = _send_all(("traces", _spans(1)))  # the system's roots do not know the backend
     assert forwarder.accounts["traces"].failed == 1 and forwarder.accounts["traces"].errors[0].startswith("gRPC ")
+    assert forwarder.problems()[0].startswith(f"1 of the agent's span not forwarded to https://127.0.0.1:{secure}: ")
     env.setenv("OTEL_EXPORTER_OTLP_CERTIFICATE", str(pki / "server.pem"))
     forwarder, _ = _send_all(("traces", _spans(2)))
     assert forwarder.accounts["traces"].sent == 2 and len(servicer.received) == 1
@@ -263,8 +264,10 @@ def test_grpc_over_tls_with_the_backends_certificate(
 def test_grpc_losses_are_counted_and_said(env: pytest.MonkeyPatch, collector: tuple[_Collector, int, int]) -> None:
     servicer, plain, _secure = collector
     servicer.delay = 1.0
-    env.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
-    env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{plain}")
+    env.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+    env.setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "grpc")  # the signal's own settings win
+    env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
+    env.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", f"http://127.0.0.1:{plain}")
     env.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "200")
     forwarder, took = _send_all(("traces", _spans(2)))  # slower than the timeout: lost
     assert took < 0.9
