@@ -35,6 +35,8 @@ from acp_otel import _child_env as ce
         (["python", "-cimport agent", "x.py"], "python"),
         (["python", "-mhttp.server"], "server"),
         (["python", "-mmain"], "main"),
+        (["python", "-ma"], "a"),
+        (["python", "-c1", "x.py"], "python"),
         (["python", "-m", "a.cli.x"], "x"),
         (["python", "/dist/main.py"], "main"),
         (["node", "/dist/../index.js"], "index"),

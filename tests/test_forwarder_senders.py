@@ -23,6 +23,7 @@ from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metric
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
+from opentelemetry.proto.trace.v1 import trace_pb2
 
 from acp_otel._proxy import forwarder as fw
 
@@ -235,6 +236,64 @@ def test_grpc_sends_each_signal_with_its_headers(
     ]
     for _, _, metadata in servicer.received:
         assert metadata["x-tenant"] == "t1" and metadata["authorization"] == "Bearer a b"
+
+
+class _Relay:
+    """A TCP relay on loopback that counts the bytes the client sends through it."""
+
+    def __init__(self, port: int) -> None:
+        self.sent = 0
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self.port = self._server.getsockname()[1]
+        self._target = port
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._server.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self._target))
+            threading.Thread(target=self._pipe, args=(client, upstream, True), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(upstream, client, False), daemon=True).start()
+
+    def _pipe(self, source: socket.socket, sink: socket.socket, count: bool) -> None:
+        try:
+            while data := source.recv(65536):
+                self.sent += len(data) if count else 0
+                sink.sendall(data)
+        except OSError:  # the other direction closed both
+            pass
+        finally:
+            source.close()
+            sink.close()
+
+    def close(self) -> None:
+        self._server.close()
+
+
+@pytest.mark.parametrize("compression", ["gzip", "deflate"])
+def test_grpc_compresses_as_the_backends_setting_says(
+    env: pytest.MonkeyPatch, collector: tuple[_Collector, int, int], compression: str
+) -> None:
+    servicer, plain, _secure = collector
+    big = ExportTraceServiceRequest()
+    big.resource_spans.add().scope_spans.add().spans.extend(
+        trace_pb2.Span(name="the same name again " * 50) for _ in range(200)
+    )  # 200 kB that compress well
+    env.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+    sizes = {}
+    for setting in ("", compression):
+        relay = _Relay(plain)
+        env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{relay.port}")
+        env.setenv("OTEL_EXPORTER_OTLP_TRACES_COMPRESSION", setting)
+        forwarder, _ = _send_all(("traces", big))
+        relay.close()
+        assert forwarder.accounts["traces"].sent == 200
+        sizes[setting] = relay.sent
+    assert [request for _, request, _ in servicer.received] == [big, big]
+    assert sizes[""] > big.ByteSize() > 20 * sizes[compression]
 
 
 def test_grpc_insecure_without_a_scheme(env: pytest.MonkeyPatch, collector: tuple[_Collector, int, int]) -> None:
