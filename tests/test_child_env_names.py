@@ -146,8 +146,8 @@ def test_a_generic_script_is_named_after_its_packages_manifest(tmp_path: Path) -
     assert ce.service_name_for_command("node", [script]) == "qwen-code"
     assert ce.service_name_for_command(str(package / "dist" / "main"), []) == "qwen-code"
     assert ce.service_name_for_command("python", [str(package / "dist" / "cli.py")]) == "qwen-code"
-    entry = str(package / "cli-entry.js")  # not generic: named after itself, its profile found by its package
-    assert ce.service_name_for_command("node", ["--x", entry]) == "cli-entry"
+    entry = str(package / "cli-entry.js")  # not generic, but a known agent's package: named after the agent
+    assert ce.service_name_for_command("node", ["--x", entry]) == "qwen-code"
     assert ce.command_name(["node", "--x", entry]) == "qwen-code"
     assert ce.command_name(["python3", entry]) == "qwen-code"
     assert ce.command_name(["wrapper-tool", entry]) == "wrapper-tool"  # not an interpreter: its own name
