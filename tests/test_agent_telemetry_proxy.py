@@ -616,3 +616,28 @@ def test_tool_parents_holds_marked_spans_until_the_tool_span_the_bound_or_the_re
     request("g")
     assert parents()["f"] == turn_id and parents()["g"] == 0x6
     provider.shutdown()
+
+
+def test_the_proxys_tool_span_notes_never_stop_the_flush_of_the_processors_after_them() -> None:
+    """The proxy's provider under ``--agent-telemetry``: the processor that notes its tool spans comes first; a
+    flush must still reach the batch processor behind it (the base class of SDK 1.27 answers ``None``, which
+    ends the provider's flush there, and the proxy's spans were never exported)."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from acp_otel._proxy.proxy_tool_spans import ProxyToolSpans
+
+    notes = ProxyToolSpans()
+    inner = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(notes.processor())
+    provider.add_span_processor(BatchSpanProcessor(inner, schedule_delay_millis=60_000))
+    attributes = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.call.id": "call-1"}
+    span = provider.get_tracer("t").start_span("execute_tool read", attributes=attributes)
+    span.end()
+    assert provider.force_flush(5_000)
+    assert [s.name for s in inner.get_finished_spans()] == ["execute_tool read"]
+    context = span.get_span_context()
+    assert notes.lookup(context.trace_id.to_bytes(16, "big"), "call-1") == context.span_id.to_bytes(8, "big")
+    provider.shutdown()

@@ -20,8 +20,9 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue
+from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 from otlp_backend import Backend
-from test_agent_privacy_promises import AGENT_KEYS, CONTENT_EVENTS, CONTENT_SWITCHES, CONVENTION_KEYS
+from test_agent_privacy_promises import AGENT_KEYS, CONTENT_EVENTS, CONTENT_SWITCHES, CONVENTION_KEYS, EVENT_NAME_FIELD
 
 from acp_otel import _agent_switches as sw
 from acp_otel import _child_env as ce
@@ -70,7 +71,7 @@ def _logs(*records: dict[str, Any]) -> ExportLogsServiceRequest:
     for _ in range(2):
         scope = request.resource_logs.add().scope_logs.add()
         for spec in records:
-            record = scope.log_records.add(event_name=spec.get("event_name", ""))
+            record = scope.log_records.add(**({"event_name": spec["event_name"]} if "event_name" in spec else {}))
             if "body" in spec:
                 record.body.CopyFrom(spec["body"])
             for key, value in spec.get("attrs", {}).items():
@@ -92,20 +93,56 @@ def test_every_content_log_body_and_attribute_is_removed(profile: str) -> None:
     records = [
         {"attrs": {key: "CANARY" for key in keys} | {"kept": "yes"}, "body": _text("a line")},
         *({"attrs": {"event.name": event}, "body": _text("CANARY")} for event in CONTENT_EVENTS),
-        *({"event_name": event, "body": _text("CANARY")} for event in CONTENT_EVENTS),
+        *({"event_name": event, "body": _text("CANARY")} for event in CONTENT_EVENTS if EVENT_NAME_FIELD),
         {"event_name": "gen_ai.client.inference.operation.details", "body": _text("not a message event")},
         {"attrs": {"event.name": "gen_ai.user.message"}},  # no body: nothing to remove
     ]
+    if not EVENT_NAME_FIELD:
+        records[-2].pop("event_name")
     request = _logs(*records)
     removed = scrub_logs(request, False, None if profile == "none" else profile)
-    assert removed == 2 * (len(keys) + 2 * len(CONTENT_EVENTS))
+    ways = 2 if EVENT_NAME_FIELD else 1  # the attribute, and the field where the proto has it
+    assert removed == 2 * (len(keys) + ways * len(CONTENT_EVENTS))
     for resource in request.resource_logs:
         got = resource.scope_logs[0].log_records
         assert [kv.key for kv in got[0].attributes] == ["kept"] and got[0].body == _text("a line")
-        assert all(not r.HasField("body") for r in got[1 : 1 + 2 * len(CONTENT_EVENTS)])
+        assert all(not r.HasField("body") for r in got[1 : 1 + ways * len(CONTENT_EVENTS)])
         assert got[-2].body == _text("not a message event") and not got[-1].HasField("body")
     untouched = _logs(*records)
     assert scrub_logs(untouched, True, profile) == 0 and untouched == _logs(*records)
+
+
+def _wire_record(*fields: bytes) -> LogRecord:
+    """A record parsed from ``fields`` appended to a record with a body: whatever proto is installed (field 12,
+    the event name, is unknown to opentelemetry-proto before 1.35)."""
+    base = LogRecord(body=_text("CANARY"), severity_number=9, time_unix_nano=1).SerializeToString()
+    return LogRecord.FromString(base + b"".join(fields))
+
+
+def _string_field(number: int, value: bytes) -> bytes:
+    return bytes([number << 3 | 2, len(value)]) + value
+
+
+def test_a_message_events_name_on_the_wire_removes_its_body_whatever_the_proto_knows() -> None:
+    from acp_otel._proxy import agent_content
+
+    for name, removed in ((b"gen_ai.user.message", 1), (b"gen_ai.client.inference.operation.details", 0)):
+        request = ExportLogsServiceRequest()
+        record = _wire_record(_string_field(12, name))
+        request.resource_logs.add().scope_logs.add().log_records.append(record)
+        assert scrub_logs(request, False, None) == removed, name
+        assert request.resource_logs[0].scope_logs[0].log_records[0].HasField("body") == (not removed)
+    # The reader itself (older protos only read the name this way): fields before it of every wire type, an
+    # unknown group (no OTLP encoding has one) counts as unreadable, its body removed.
+    fixed64, fixed32 = bytes([15 << 3 | 1]) + b"\x01" * 8, bytes([14 << 3 | 5]) + b"\x02" * 4
+    assert agent_content._wire_event_name(_wire_record(fixed64, fixed32, _string_field(12, b"e.v"))) == "e.v"
+    assert agent_content._wire_event_name(_wire_record()) == ""
+    group = bytes([13 << 3 | 3, 13 << 3 | 4])
+    unreadable = _wire_record(group)
+    assert agent_content._wire_event_name(unreadable) == agent_content._UNREADABLE
+    request = ExportLogsServiceRequest()
+    request.resource_logs.add().scope_logs.add().log_records.append(unreadable)
+    assert scrub_logs(request, False, None) == (0 if agent_content._PROTO_HAS_EVENT_NAME else 1)
 
 
 def test_opencodes_log_lines_keep_their_message_only() -> None:

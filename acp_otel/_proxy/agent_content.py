@@ -140,8 +140,57 @@ def _drop(attributes: MutableSequence[KeyValue], agent_keys: frozenset[str]) -> 
     return len(doomed)
 
 
+# The record's own event name (field 12, OTLP 1.5) is in opentelemetry-proto 1.35 and later. An older proto keeps
+# it among the record's unknown fields, read from the wire below: an agent on a newer SDK names its message events
+# there, and their bodies must go whatever the proxy's proto knows.
+_EVENT_NAME_FIELD = 12
+_PROTO_HAS_EVENT_NAME = "event_name" in LogRecord.DESCRIPTOR.fields_by_name
+_UNREADABLE = "\x00unreadable"  # no agent writes it: said of a record whose name could not be read (body removed)
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            return value, pos
+
+
+def _wire_event_name(record: LogRecord) -> str:
+    """Field 12 of ``record`` as serialized (unknown fields included). Written here because protobuf's wire
+    decoder is private; an encoding this cannot walk counts as a message event (its body is removed)."""
+    data = record.SerializeToString()
+    pos = 0
+    try:
+        while pos < len(data):
+            key, pos = _varint(data, pos)
+            wire = key & 7
+            if wire == 0:
+                pos = _varint(data, pos)[1]
+            elif wire == 1:
+                pos += 8
+            elif wire == 5:
+                pos += 4
+            elif wire == 2:
+                size, pos = _varint(data, pos)
+                if key >> 3 == _EVENT_NAME_FIELD:
+                    return data[pos : pos + size].decode("utf-8", "replace")
+                pos += size
+            else:  # groups: not in OTLP
+                return _UNREADABLE
+    except IndexError:
+        return _UNREADABLE
+    return ""
+
+
 def _event_name(record: LogRecord) -> str:
-    name: str = getattr(record, "event_name", "")  # a field of newer protos only
+    if _PROTO_HAS_EVENT_NAME:
+        name: str = record.event_name  # type: ignore[attr-defined,unused-ignore]
+    else:
+        name = _wire_event_name(record)
     if name:
         return name
     for kv in record.attributes:
@@ -153,7 +202,8 @@ def _event_name(record: LogRecord) -> str:
 def _scrub_body(record: LogRecord, message_only: bool) -> int:
     if not record.HasField("body"):
         return 0
-    if _event_name(record) in CONTENT_EVENTS:
+    name = _event_name(record)
+    if name in CONTENT_EVENTS or name == _UNREADABLE:
         record.ClearField("body")
         return 1
     if not message_only:

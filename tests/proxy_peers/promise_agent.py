@@ -52,6 +52,29 @@ tracer = provider.get_tracer("promise-agent")
 logger = logs.get_logger("promise-agent")
 
 
+def _emit(body: Any, attributes: Any, event_name: str | None, span: Any) -> None:
+    """A log record in ``span``'s context (none: no context)."""
+    context = trace.set_span_in_context(span) if span is not None else None
+    try:
+        logger.emit(body=body, attributes=attributes, event_name=event_name, context=context)  # type: ignore[call-arg,unused-ignore]
+    except TypeError:  # older SDKs (the floors): a record of the SDK's own, and no event name field
+        from opentelemetry._logs import SeverityNumber
+        from opentelemetry.sdk._logs import LogRecord
+
+        ids = span.get_span_context() if span is not None else trace.INVALID_SPAN_CONTEXT
+        record = LogRecord(
+            timestamp=time.time_ns(),
+            trace_id=ids.trace_id,
+            span_id=ids.span_id,
+            trace_flags=ids.trace_flags,
+            severity_number=SeverityNumber.INFO,
+            body=body,
+            attributes=attributes,
+            resource=resource,
+        )
+        logger.emit(record)
+
+
 def _put(value: Any, names: dict[str, str]) -> Any:
     if isinstance(value, str):
         for name, replacement in names.items():
@@ -81,13 +104,7 @@ async def run_steps(steps: list[dict[str, Any]], conn: Any = None, session_id: s
         elif "event" in step:
             spans[step["on"]].add_event(step["event"], attributes=step.get("attrs", {}))
         elif "log" in step:
-            on = spans.get(step.get("on", ""))
-            logger.emit(
-                body=step["log"],
-                attributes=step.get("attrs") or None,
-                event_name=step.get("event_name"),
-                context=trace.set_span_in_context(on) if on is not None else None,
-            )
+            _emit(step["log"], step.get("attrs") or None, step.get("event_name"), spans.get(step.get("on", "")))
         elif "flush" in step:
             provider.force_flush()
             logs.force_flush()
