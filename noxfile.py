@@ -12,7 +12,8 @@
 One pair: ``nox -s "matrix(python='3.12', sdk='1.0.0rc3')"``; list them with ``nox -l``.
 Positional arguments after ``--`` go to pytest (e.g. ``-- tests/test_core.py``). Tests that cannot hold on a
 release skip themselves with the reason (``tests/support/sdk_versions.py``), so every cell runs every file, but
-for the process-lifecycle files (``LIFECYCLE_FILES``: in ``LIFECYCLE_CELLS`` and the README cell only).
+for the process-lifecycle and proxy-only files (``LIFECYCLE_FILES``, ``PROXY_FILES``: in ``LIFECYCLE_CELLS`` and
+the README cell only) and the agent-telemetry files (``AGENT_TELEMETRY_FILES``: the README cell only).
 """
 
 from __future__ import annotations
@@ -48,14 +49,28 @@ RANDOM_ORDER_CELL = ("3.13", LATEST)
 # run the whole suite, these files included).
 LIFECYCLE_FILES = ("tests/test_proxy_shutdown.py", "tests/test_telemetry_lifecycle.py")
 # The proxy's handling of the agent's own telemetry (--agent-telemetry: real proxy and agent processes exporting
-# through the proxy's receiver, minutes a run) does not depend on the SDK release either (the SDK is only the tests'
-# editor): these files run where the lifecycle files do.
+# through the proxy's receiver, minutes a run) does not depend on the SDK release at all (the SDK is only the tests'
+# editor): these files run in the README cell, floors and random_order only.
 AGENT_TELEMETRY_FILES = (
     "tests/test_agent_telemetry_proxy.py",
     "tests/test_agent_privacy_promises.py",
     "tests/test_agent_joining_promises.py",
     "tests/test_agent_refused_exports.py",
     "tests/test_forwarder_stall.py",
+)
+# The proxy's own files whose SDK use, if any, is a plain peer process (no acp-otel adapter in it): raw bytes, the
+# relay, the proxy's options and telemetry set-up, the agent telemetry's pure parts and senders. Where the lifecycle
+# files run, and not in the other cells.
+PROXY_FILES = (
+    "tests/test_proxy_bytes.py",
+    "tests/test_proxy_framing.py",
+    "tests/test_proxy_lifecycle.py",
+    "tests/test_proxy_options.py",
+    "tests/test_proxy_splice.py",
+    "tests/test_proxy_telemetry.py",
+    "tests/test_forwarder_senders.py",
+    "tests/test_agent_telemetry_units.py",
+    "tests/test_receiver.py",
 )
 LIFECYCLE_CELLS = {("3.10", "0.8.1"), ("3.13", NEXT)}
 
@@ -179,12 +194,15 @@ def _install(session: nox.Session, sdk: str, extras: str = "", remote: bool = Fa
 @nox.session
 @nox.parametrize(("python", "sdk"), MATRIX)
 def matrix(session: nox.Session, sdk: str) -> None:
-    """The whole test suite against one SDK release on one Python (the process-lifecycle and agent-telemetry files
-    in some cells)."""
+    """The whole test suite against one SDK release on one Python (the process-lifecycle and proxy-only files in
+    some cells, the agent-telemetry files in none: see LIFECYCLE_FILES, PROXY_FILES, AGENT_TELEMETRY_FILES)."""
     _install(session, sdk, "[test]", remote=sdk == NEXT)
     args = list(session.posargs)
-    if not args and (session.python, sdk) not in LIFECYCLE_CELLS:
-        args = [f"--ignore={path}" for path in (*LIFECYCLE_FILES, *AGENT_TELEMETRY_FILES)]
+    if not args:
+        left_out = AGENT_TELEMETRY_FILES
+        if (session.python, sdk) not in LIFECYCLE_CELLS:
+            left_out += LIFECYCLE_FILES + PROXY_FILES
+        args = [f"--ignore={path}" for path in left_out]
     # The pytest script (not python -m pytest) keeps the repo root off sys.path: the installed
     # package is what gets tested. -rs lists every skip with its reason.
     session.run("pytest", "-q", "-rs", "-p", "no:cacheprovider", *args)

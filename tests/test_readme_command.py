@@ -116,7 +116,7 @@ def test_documented_installs_resolve() -> None:
 def test_the_files_some_matrix_cells_leave_out_exist() -> None:
     # pytest's --ignore of a path that does not exist is silent: a renamed file would run in every cell unnoticed.
     nox = noxfile_constants()
-    for name in ("LIFECYCLE_FILES", "AGENT_TELEMETRY_FILES"):
+    for name in ("LIFECYCLE_FILES", "AGENT_TELEMETRY_FILES", "PROXY_FILES"):
         paths = nox[name]
         assert isinstance(paths, tuple) and paths, name
         missing = [p for p in paths if not (ROOT / p).is_file()]
