@@ -105,6 +105,11 @@ def _derive(command: str, args: list[str], depth: int) -> str:
         return (_derive(proxied[0], list(proxied[1:]), depth + 1) if proxied else DEFAULT_NAME) + PROXY_SUFFIX
     if _PYTHON_RE.match(base):
         return _python_target(args) or name
+    if lower in ("bun", "deno") and args[:1] in (["x"], ["run"]):  # `bun x PKG` (bunx); `bun run` / `deno run` FILE
+        if args[0] == "x":
+            rest = _skip_options(args[1:])
+            return _package_name(rest[0]) if rest else name
+        return _node_target(args[1:]) or name
     if _NODE_RE.match(base):
         return _node_target(args) or name
     if lower == "opentelemetry-instrument":  # its options all take a value: `--traces_exporter otlp`
@@ -123,7 +128,7 @@ def _derive(command: str, args: list[str], depth: int) -> str:
     if lower in ("uv", "poetry", "pipenv", "pdm", "hatch", "rye") and args[:1] == ["run"]:
         rest = _skip_options(args[1:])
         return _derive(rest[0], rest[1:], depth + 1) if rest else name
-    if lower in ("pipx", "pnpm", "yarn", "bun", "npm") and args[:1] in (["run"], ["dlx"], ["exec"], ["x"]):
+    if lower in ("pipx", "pnpm", "yarn", "npm") and args[:1] in (["run"], ["dlx"], ["exec"], ["x"]):
         rest = _skip_options(args[1:])
         return _package_name(rest[0]) if rest else name
     if lower in _PACKAGE_RUNNERS:
@@ -188,8 +193,8 @@ def _after_env(args: Sequence[str]) -> list[str]:
     while index < len(args):
         arg = args[index]
         if arg in ("-u", "--unset", "-C", "--chdir", "-S", "--split-string"):
-            if arg in ("-S", "--split-string") and index + 1 < len(args):
-                return shlex.split(args[index + 1]) + list(args[index + 2 :])
+            if arg in ("-S", "--split-string") and index + 1 < len(args):  # its words may begin with NAME=VALUE
+                return _after_env(shlex.split(args[index + 1]) + list(args[index + 2 :]))
             index += 2
         elif arg.startswith("-") or ("=" in arg and not arg.startswith("=")):
             index += 1
