@@ -159,9 +159,13 @@ async def test_traced_agent_one_trace_editor_proxy_agent(sink: OtlpSink, instrum
 async def test_untraced_editor_and_agent_context_still_joins(sink: OtlpSink) -> None:
     """Untraced editor, traced agent: the agent's SERVER spans hang off the proxy's CLIENT spans."""
     env = base_env(**sink.env(), ACP_OTEL_TEST_SPANS="otlp")
-    async with proxied_client(sink.for_agent(*PY_AGENT, "trace"), env, ["--service-name", "proxy"]) as run:
+    # --flush-timeout: the proxy's spans exported at exit even when a loaded machine slows the export down.
+    args = ["--service-name", "proxy", "--flush-timeout", "10"]
+    async with proxied_client(sink.for_agent(*PY_AGENT, "trace"), env, args) as run:
         await open_session(run.conn)
-    spans = sink.wait_for(has("session/new", "SERVER", "test-agent"))
+    assert run.returncode == 0, run.stderr
+    both = (has("session/new", "SERVER", "test-agent"), has("session/new", "CLIENT", "proxy"))
+    spans = sink.wait_for(lambda got: all(arrived(got) for arrived in both))
     proxy_new = the(spans, "session/new", "CLIENT", "proxy")
     agent_new = the(spans, "session/new", "SERVER", "test-agent")
     assert proxy_new.parent_id is None
