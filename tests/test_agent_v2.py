@@ -5,7 +5,7 @@ whose state is ``idle``. The turn is an INTERNAL span ``invoke_agent {agent}``: 
 client's request span, beside the agent's SERVER span; tool calls, permission requests and chunk counts
 hang from it.
 
-    .venv/bin/nox -s "matrix(python='3.11', sdk='1.0.0rc3')" -- tests/test_agent_v2.py
+    .venv/bin/nox -s "matrix(python='3.12', sdk='1.0.0rc3')" -- tests/test_agent_v2.py
 """
 
 from __future__ import annotations

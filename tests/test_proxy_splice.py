@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from acp_otel._propagation import inject_into_params
@@ -66,6 +66,7 @@ json_values = st.recursive(
     indent=st.sampled_from([None, 0, 2]),
     ascii_only=st.booleans(),
 )
+@example(params={"_meta": []}, meta=None, indent=None, ascii_only=False)
 def test_result_parses_to_what_the_engine_would_send(
     params: dict[str, Any] | None, meta: dict[str, Any] | None, indent: int | None, ascii_only: bool
 ) -> None:
@@ -76,6 +77,12 @@ def test_result_parses_to_what_the_engine_would_send(
     if params is not None:
         message["params"] = params
     text = json.dumps(message, indent=indent, ensure_ascii=ascii_only)
+    if params is not None and params.get("_meta") is not None and type(params["_meta"]) is not dict:
+        # A _meta that is not an object (a generated "_meta" key): the engine leaves it, the splice refuses it.
+        assert inject_into_params(params, dict(TP)) is params
+        with pytest.raises(SpliceError):
+            splice_meta(text, dict(TP))
+        return
     out = splice_meta(text, dict(TP))
     expected = {**message, "params": inject_into_params(params, dict(TP))}
     assert json.loads(out) == expected
