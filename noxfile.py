@@ -79,7 +79,7 @@ PROXY_FILES = (
 LIFECYCLE_CELLS = {("3.10", "0.8.1"), ("3.13", NEXT)}
 
 # -- CI lanes. `.ci/run` runs the default sessions in two lanes: the sessions tagged "ci-1" (`nox -t ci-1`), then
-# every other default session; with CI_LANES=2 the two run side by side in two nox processes (one suite keeps
+# every other default session, side by side in two nox processes (CI_LANES=1: one after the other; one suite keeps
 # about three quarters of a core busy, so two fill the machine's two cores). ci-1 holds every session that runs the
 # process-lifecycle files, so that side by side their shutdown sequences never run twice at once (and only one at a
 # time holds the default OTLP port); the other lane has the remaining cells, the SDK's suites and the pre-release
