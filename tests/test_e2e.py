@@ -32,6 +32,7 @@ from spans import find, one
 from acp_otel._demo.otlp_json import read_otlp_json
 from acp_otel._demo.receiver import OtlpReceiver, ReceivedSpan
 from acp_otel._demo.traced_client import load_client
+from acp_otel._shutdown import SIGTERM_NOT_FLUSHED
 from acp_otel._spawn import auto_instrumentation_dir, child_environment
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(60)]
@@ -440,17 +441,22 @@ def test_sdk_example_client_terminates_its_agent(receiver: OtlpReceiver, sdk_exa
     source = (sdk_examples / "client.py").read_text()
     assert "terminate()" in source, "this SDK's example client no longer terminates its agent"
     env = otel_env(receiver, OTEL_SERVICE_NAME="sdk-example", OTEL_BSP_SCHEDULE_DELAY="60000")
-    done = run_instrumented(
-        [str(sdk_examples / "client.py"), str(sdk_examples / "agent.py")], env, input="Hello, agent\n"
-    )
-    assert done.returncode == 0, done.stderr
-    assert "| Agent: Hello, agent" in done.stdout
+    for _ in range(3):
+        done = run_instrumented(
+            [str(sdk_examples / "client.py"), str(sdk_examples / "agent.py")], env, input="Hello, agent\n"
+        )
+        assert done.returncode == 0, done.stderr
+        assert "| Agent: Hello, agent" in done.stdout
+        # The flush after SIGTERM is bounded (1 s, below the editors' grace): on a machine too loaded for that,
+        # the agent says so on stderr, and the run is tried again; any other loss fails.
+        if SIGTERM_NOT_FLUSHED.strip() not in done.stderr:
+            break
     # That client starts the agent itself (full environment): both are "sdk-example"; the agent's side is
     # the SERVER of session/prompt, which only the SIGTERM flush could deliver.
     spans = receiver.wait_for(has_span("session/prompt", "SERVER"), timeout=5)
     server = one(spans, "session/prompt", "SERVER")
-    client = one(spans, "session/prompt", "CLIENT")
-    assert server.parent_span_id == client.span_id
+    (client,) = [s for s in spans if s.span_id == server.parent_span_id and s.name.startswith("session/prompt")]
+    assert client.kind == "CLIENT"
     assert server.resource_attributes != {} and server.service_name == "sdk-example"
 
 
