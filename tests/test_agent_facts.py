@@ -8,7 +8,7 @@ from collections.abc import Callable
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from acp_otel._proxy.agent_facts import AgentFacts
+from acp_otel._proxy.agent_facts import MAX_KNOWN_TOOLS, AgentFacts
 
 TRACE = b"\x01" * 16
 PROXY_SPAN = b"\x09" * 8
@@ -73,3 +73,33 @@ def test_the_proxy_is_told_of_a_tool_span_once() -> None:
     agent.tell_tools()
     agent.tell_tools()
     assert told == [1] and agent.tool_span(TRACE, "c1") == tool.span_id
+
+
+def _numbered(n: int, call: str, parent: bytes = b"", tool: bool = False) -> Span:
+    span = _span("s", parent=parent, call=call, tool=tool)
+    span.span_id = n.to_bytes(8, "big")
+    return span
+
+
+def test_past_4096_tool_spans_the_oldest_is_forgotten_first() -> None:
+    agent = AgentFacts((), None)
+    for n in range(MAX_KNOWN_TOOLS + 1):  # one more than the bound
+        agent.note_tool(_numbered(n + 1, f"c{n}", tool=True))
+    assert agent.tool_span(TRACE, "c0") is None
+    assert agent.tool_span(TRACE, "c1") == (2).to_bytes(8, "big")
+    assert agent.tool_span(TRACE, f"c{MAX_KNOWN_TOOLS}") == (MAX_KNOWN_TOOLS + 1).to_bytes(8, "big")
+
+
+def test_past_4096_spans_of_tool_calls_the_oldest_is_forgotten_first() -> None:
+    agent = AgentFacts((), None)
+    agent.proxy_tool_span = lambda trace, call: PROXY_SPAN
+    for n in range(MAX_KNOWN_TOOLS + 1):  # the topmost span of each call: under the proxy's span
+        agent.note_tool(_numbered(n + 1, f"c{n}", parent=b"p" * 8))
+    first, second, last = (
+        _numbered(0x10000 + n, f"c{n}", parent=(n + 1).to_bytes(8, "big")) for n in (0, 2, MAX_KNOWN_TOOLS)
+    )
+    for child in (second, first, last):  # each noted is remembered in turn: the oldest (id 2) then goes
+        agent.note_tool(child)
+    assert first.parent_span_id == PROXY_SPAN  # its parent forgotten: taken for the topmost span of its call
+    assert second.parent_span_id == (3).to_bytes(8, "big")  # its parent remembered: it stays under it
+    assert last.parent_span_id == (MAX_KNOWN_TOOLS + 1).to_bytes(8, "big")
