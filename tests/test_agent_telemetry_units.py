@@ -119,8 +119,16 @@ def _wire_record(*fields: bytes) -> LogRecord:
     return LogRecord.FromString(base + b"".join(fields))
 
 
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    return bytes(out) + bytes([value])
+
+
 def _string_field(number: int, value: bytes) -> bytes:
-    return bytes([number << 3 | 2, len(value)]) + value
+    return _varint(number << 3 | 2) + _varint(len(value)) + value
 
 
 def test_a_message_events_name_on_the_wire_removes_its_body_whatever_the_proto_knows() -> None:
@@ -132,14 +140,24 @@ def test_a_message_events_name_on_the_wire_removes_its_body_whatever_the_proto_k
         request.resource_logs.add().scope_logs.add().log_records.append(record)
         assert scrub_logs(request, False, None) == removed, name
         assert request.resource_logs[0].scope_logs[0].log_records[0].HasField("body") == (not removed)
-    # The reader itself (older protos only read the name this way): fields before it of every wire type, an
-    # unknown group (no OTLP encoding has one) counts as unreadable, its body removed.
-    fixed64, fixed32 = bytes([15 << 3 | 1]) + b"\x01" * 8, bytes([14 << 3 | 5]) + b"\x02" * 4
-    assert agent_content._wire_event_name(_wire_record(fixed64, fixed32, _string_field(12, b"e.v"))) == "e.v"
-    assert agent_content._wire_event_name(_wire_record()) == ""
+    # The reader itself, on the wire as an agent sends it (older protos only read the name this way): fields of
+    # every wire type before the name, varints of several bytes (a byte of 0x80 among them), field numbers past 15.
+    read = agent_content._wire_event_name
+    fixed64, fixed32 = bytes([15 << 3 | 1]) + b"\x80" * 8, bytes([14 << 3 | 5]) + b"\x80" * 4
+    numbers = _varint(13 << 3) + _varint(2**40 + 300) + _varint(13 << 3) + _varint(2**14)
+    long_name = b"gen_ai." + b"n" * 300
+    before = (fixed64, fixed32, numbers, _string_field(20_000, b"x" * 2**14))
+    for order in (before, before[::-1]):
+        assert read(b"".join(order) + _string_field(12, long_name)) == long_name.decode()
+        assert read(b"".join(order)) == ""
+    assert read(_string_field(12, b"e.v") + _string_field(12, b"later")) == "e.v"
+    assert read(b"") == ""
+    # An unknown group (no OTLP encoding has one) and a record cut short count as unreadable: the body goes.
     group = bytes([13 << 3 | 3, 13 << 3 | 4])
+    assert read(group + _string_field(12, b"e.v")) == agent_content._UNREADABLE
+    assert read(fixed64[:5]) == agent_content._UNREADABLE
+    assert read(_string_field(12, b"e.v")[:-1] + b"\xff") == "e.v"[:-1] + "\ufffd"
     unreadable = _wire_record(group)
-    assert agent_content._wire_event_name(unreadable) == agent_content._UNREADABLE
     request = ExportLogsServiceRequest()
     request.resource_logs.add().scope_logs.add().log_records.append(unreadable)
     assert scrub_logs(request, False, None) == (0 if agent_content._PROTO_HAS_EVENT_NAME else 1)

@@ -159,10 +159,9 @@ def _varint(data: bytes, pos: int) -> tuple[int, int]:
             return value, pos
 
 
-def _wire_event_name(record: LogRecord) -> str:
-    """Field 12 of ``record`` as serialized (unknown fields included). Written here because protobuf's wire
+def _wire_event_name(data: bytes) -> str:
+    """Field 12 of a serialized log record (unknown fields included). Written here because protobuf's wire
     decoder is private; an encoding this cannot walk counts as a message event (its body is removed)."""
-    data = record.SerializeToString()
     pos = 0
     try:
         while pos < len(data):
@@ -183,14 +182,14 @@ def _wire_event_name(record: LogRecord) -> str:
                 return _UNREADABLE
     except IndexError:
         return _UNREADABLE
-    return ""
+    return "" if pos == len(data) else _UNREADABLE  # past the end: a field cut short
 
 
 def _event_name(record: LogRecord) -> str:
     if _PROTO_HAS_EVENT_NAME:
         name: str = record.event_name  # type: ignore[attr-defined,unused-ignore]
     else:
-        name = _wire_event_name(record)
+        name = _wire_event_name(record.SerializeToString())
     if name:
         return name
     for kv in record.attributes:
