@@ -151,6 +151,8 @@ def test_a_message_events_name_on_the_wire_removes_its_body_whatever_the_proto_k
         assert read(b"".join(order) + _string_field(12, long_name)) == long_name.decode()
         assert read(b"".join(order)) == ""
     assert read(_string_field(12, b"e.v") + _string_field(12, b"later")) == "e.v"
+    for value in (0, 1, 127, 128, 300, 2**14, 2**14 + 1, 2**40 + 300):  # a byte of 0x80 resynchronizes a walk
+        assert agent_content._varint(b"\x00" + _varint(value) + b"\x05", 1) == (value, 1 + len(_varint(value)))
     assert read(b"") == ""
     # An unknown group (no OTLP encoding has one) and a record cut short count as unreadable: the body goes.
     group = bytes([13 << 3 | 3, 13 << 3 | 4])
