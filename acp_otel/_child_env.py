@@ -141,20 +141,11 @@ def _derive(command: str, args: list[str], depth: int) -> str:
 
 def command_name(command: Any) -> str | None:
     """The name an agent command goes by, to look its profile up: as ``service.name`` derives it (``npx -y
-    @scope/pkg`` -> ``pkg``), unless that names no known agent and the command runs a script of a package
-    (``node .../node_modules/@qwen-code/qwen-code/cli-entry.js`` -> ``qwen-code``, its ``package.json``'s name)."""
+    @scope/pkg`` -> ``pkg``; a script of a known agent's package by the package:
+    ``node .../node_modules/@qwen-code/qwen-code/cli-entry.js`` -> ``qwen-code``)."""
     if not command or not all(type(part) is str for part in command):
         return None
-    name = service_name_for_command(command[0], command[1:])
-    if len(command) > 1 and (_NODE_RE.match(_basename(command[0])) or _PYTHON_RE.match(_basename(command[0]))):
-        from ._agent_switches import key_of  # here: only the proxy's and the engine's look-ups need it
-
-        if key_of(name) is None:
-            script = next((a for a in command[1:] if not a.startswith("-")), None)
-            package = _package_of_script(script) if script else None
-            if package and key_of(package) is not None:
-                return package
-    return name
+    return service_name_for_command(command[0], command[1:])
 
 
 def proxy_service_name(agent_command: Sequence[str]) -> str:

@@ -283,3 +283,24 @@ def test_opentelemetrys_sitecustomize_stays_on_pythonpath_only_for_its_interpret
     assert pythonpath([str(plain)], _site(tmp_path / "plain", "3.9")) is not None  # no version to go by: its prefix
     assert pythonpath([str(python)], "/app") == "/app"
     assert ce.proxy_agent_environment({"PYTHONPATH": own}, []).get("PYTHONPATH") == own
+
+
+def test_a_script_of_a_known_agents_package_goes_by_the_agents_name(tmp_path: Path) -> None:
+    # Qwen Code started by its script path, behind wrappers: its profile is found (and its service so named).
+    package = tmp_path / "node_modules" / "@qwen-code" / "qwen-code"
+    package.mkdir(parents=True)
+    (package / "package.json").write_text(json.dumps({"name": "@qwen-code/qwen-code"}))
+    script = str(package / "cli-entry.js")
+    for command in (
+        ["node", script],
+        ["node", "--no-warnings", script, "--acp"],
+        ["env", "A=1", "node", script],
+        ["python3", script],
+    ):
+        assert ce.command_name(command) == "qwen-code", command
+    other = tmp_path / "node_modules" / "some-tool"
+    other.mkdir(parents=True)
+    (other / "package.json").write_text(json.dumps({"name": "some-tool"}))
+    assert ce.command_name(["node", str(other / "cli-entry.js")]) == "cli-entry"  # not a known agent's package
+    gemini = package / "gemini.js"  # a script named after another known agent keeps its own name
+    assert ce.command_name(["node", str(gemini)]) == "gemini"
