@@ -303,4 +303,4 @@ def test_a_script_of_a_known_agents_package_goes_by_the_agents_name(tmp_path: Pa
     (other / "package.json").write_text(json.dumps({"name": "some-tool"}))
     assert ce.command_name(["node", str(other / "cli-entry.js")]) == "cli-entry"  # not a known agent's package
     gemini = package / "gemini.js"  # a script named after another known agent keeps its own name
-    assert ce.command_name(["node", str(gemini)]) == "gemini"
+    assert ce.command_name(["node", str(gemini)]) == ce.command_name(["python", str(gemini)]) == "gemini"
