@@ -41,10 +41,9 @@ OLDER = {"0.8.1": "3.10", "0.9.0": "3.11", "0.11.1": "3.13"}  # each older relea
 SDK_SUITE = ["0.8.1", "0.9.0", "0.11.1", LATEST, NEXT]
 SDK_SUITE_PYTHON = "3.12"
 
-# Python 3.11 with LATEST is the README's test command (scripts/test.sh), which CI runs last: not repeated here.
-README_CELL = ("3.11", LATEST)
-# Two more LATEST cells run the whole suite in sessions of their own: `floors` (the oldest OpenTelemetry and
-# wrapt the package allows) and `random_order` (shuffled, fixed seed); the matrix does not repeat them.
+# LATEST runs the whole suite outside the matrix: on Python 3.11 as the README's test command (scripts/test.sh),
+# which CI runs last, and in two sessions of their own, `floors` (the oldest OpenTelemetry and wrapt the package
+# allows) and `random_order` (shuffled, fixed seed).
 FLOORS_CELL = ("3.10", LATEST)
 RANDOM_ORDER_CELL = ("3.13", LATEST)
 # The proxy's and the editor's process lifecycle (real shutdown sequences, seconds each: over a minute a run)
