@@ -17,6 +17,8 @@ from typing import Any
 import pytest
 from acp_app import open_session, prompt
 from harness import PEERS, base_env, proxied_client
+from joiner_stubs import ManualClock as _Clock
+from joiner_stubs import TurnStub as _Turn
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as ProtoSpan
 from otlp_backend import Backend
@@ -457,22 +459,6 @@ def test_receiver_refuses_what_it_cannot_read(receiver: Any) -> None:
 
 
 # ---------------------------------------------------------------------- the joiner's hold bound
-
-
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class _Turn:
-    def __init__(self, trace_id: int, span_id: int) -> None:
-        from opentelemetry.trace import NonRecordingSpan, SpanContext
-
-        self.session_id = "s"
-        self.span = NonRecordingSpan(SpanContext(trace_id, span_id, is_remote=False))
 
 
 def _request(*spans: tuple[bytes, bytes, bytes, int]) -> ExportTraceServiceRequest:

@@ -6,32 +6,16 @@ from __future__ import annotations
 
 import time
 
+from joiner_stubs import OTHER_SPAN, OTHER_TRACE, TURN_SPAN, TURN_TRACE
+from joiner_stubs import ManualClock as _Clock
+from joiner_stubs import TurnStub as _Turn
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
-from opentelemetry.trace import NonRecordingSpan, SpanContext
 
 from acp_otel._proxy.joiner import HOLD_S, Joiner
 
 AGENT = b"\x01" * 16
-TURN_TRACE, TURN_SPAN = (0xAA).to_bytes(16, "big"), (0xBB).to_bytes(8, "big")
-OTHER_TRACE, OTHER_SPAN = (0xCC).to_bytes(16, "big"), (0xDD).to_bytes(8, "big")
-
-
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class _Turn:
-    """What the engine tells its turn observer: a turn with its span and session."""
-
-    def __init__(self, trace_id: int = 0xAA, span_id: int = 0xBB, session_id: str = "sess-1") -> None:
-        self.session_id = session_id
-        self.span = NonRecordingSpan(SpanContext(trace_id, span_id, is_remote=False))
 
 
 def _id(name: str) -> bytes:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from joiner_stubs import OTHER_SPAN, OTHER_TRACE, TURN_SPAN, TURN_TRACE
+from joiner_stubs import ManualClock as _Clock
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
@@ -12,16 +14,6 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from acp_otel._proxy.joiner import Joiner
 
 AGENT_TRACE = b"\x01" * 16
-TURN_TRACE, TURN_SPAN = (0xAA).to_bytes(16, "big"), (0xBB).to_bytes(8, "big")
-OTHER_TRACE, OTHER_SPAN = (0xCC).to_bytes(16, "big"), (0xDD).to_bytes(8, "big")
-
-
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def _joiner(*turns: tuple[int, int, int, int | None], **kwargs: Any) -> Joiner:
