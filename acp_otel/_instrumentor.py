@@ -45,9 +45,9 @@ class Patch:
 
     ``owner`` is ``"module"`` or ``"module:Class"``; it is patched once ``hook_module`` is imported.
     ``make_wrapper(state)`` builds the wrapper, which reads ``state`` on every call. The row is skipped
-    when the owner has no ``attr``, when it has ``unless`` (a newer hook that replaces this one), or when
-    the setting named by ``option`` is off. ``static``: a module function called on every message (see
-    :meth:`~acp_otel._patching.Patches.wrap`).
+    when the owner has no ``attr``, when it (or ``unless_owner``, when given) has ``unless`` (a newer hook
+    that replaces this one), or when the setting named by ``option`` is off. ``static``: a module function
+    called on every message (see :meth:`~acp_otel._patching.Patches.wrap`).
     """
 
     hook_module: str
@@ -55,14 +55,24 @@ class Patch:
     attr: str
     make_wrapper: Callable[[InstrumentationState], Wrapper]
     unless: str | None = None
+    unless_owner: str | None = None
     option: str | None = None
     static: bool = False
 
     def resolve(self) -> Any:
-        """The owning module or class, or ``None`` when its module is not imported (yet)."""
-        module_name, _, class_name = self.owner.partition(":")
-        owner = sys.modules.get(module_name)
-        return getattr(owner, class_name, None) if owner is not None and class_name else owner
+        """The owning module or class, or ``None`` when its module is not imported (yet) or ``unless`` says
+        a newer hook replaces this one."""
+        owner = _resolve(self.owner)
+        if owner is None or self.unless is None:
+            return owner
+        replaced_in = owner if self.unless_owner is None else _resolve(self.unless_owner)
+        return None if replaced_in is None or self.unless in replaced_in.__dict__ else owner
+
+
+def _resolve(owner: str) -> Any:
+    module_name, _, class_name = owner.partition(":")
+    module = sys.modules.get(module_name)
+    return getattr(module, class_name, None) if module is not None and class_name else module
 
 
 _CONNECTION = "acp.connection:Connection"
@@ -80,6 +90,14 @@ PATCH_TABLE: tuple[Patch, ...] = (
     Patch(
         "acp.connection", _CONNECTION, "_run_request", sdk_adapter.run_request_wrapper, unless="_execute_request"
     ),  # up to 0.12.0
+    Patch(  # up to 0.12.0: the response's send ends the SERVER span (see sdk_adapter.response_send_wrapper)
+        "acp.connection",
+        "acp.task.sender:MessageSender",
+        "send",
+        sdk_adapter.response_send_wrapper,
+        unless="_execute_request",
+        unless_owner=_CONNECTION,
+    ),
     Patch("acp.connection", _CONNECTION, "_run_notification", sdk_adapter.run_notification_wrapper),
     Patch("acp.connection", _CONNECTION, "close", sdk_adapter.close_wrapper),
     Patch("acp.connection", "acp.connection", "span_context", sdk_adapter.sdk_span_context_wrapper, static=True),
@@ -155,7 +173,7 @@ class AcpInstrumentor(BaseInstrumentor):  # type: ignore[misc]
                 continue
             try:
                 owner = patch.resolve()
-                if owner is None or (patch.unless is not None and patch.unless in owner.__dict__):
+                if owner is None:
                     continue
                 state.patches.wrap(owner, patch.attr, patch.make_wrapper(state), patch.static)
             except Exception:

@@ -5,7 +5,8 @@ The instrumentor's patch table says which ``acp.connection`` attribute gets whic
 :class:`~acp_otel._state.InstrumentationState` on every call. Hooks are chosen by what the installed
 ``Connection`` has, not by version string (see DESIGN.md §2): ``_execute_request`` (0.12.1 and later: returns
 the response payload) or else
-``_run_request`` (up to 0.12.0: runs the handler and sends the response, re-raising ``RequestError``).
+``_run_request`` (up to 0.12.0: runs the handler and sends the response, re-raising ``RequestError``; there the
+response's ``MessageSender.send`` ends the span, see :func:`response_send_wrapper`).
 Releases before 0.12.1 keep the bound ``_run_request`` / ``_run_notification`` captured when a
 connection is built, so the wrappers look the engine up on every call and pass straight through once
 uninstrumented.
@@ -17,6 +18,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context as otel_context
@@ -26,6 +28,7 @@ from ._patching import Wrapper
 
 if TYPE_CHECKING:
     from ._engine import Engine
+    from ._message_spans import Call
     from ._state import InstrumentationState
 
 _log = logging.getLogger("acp_otel")
@@ -104,6 +107,22 @@ def send_notification_wrapper(state: InstrumentationState) -> Wrapper:
 # ------------------------------------------------------------------ incoming
 
 
+class _Answering:
+    """The request a ``_run_request`` (up to 0.12.0) is answering, until its response's send ends its span."""
+
+    __slots__ = ("call", "ended", "engine", "request_id")
+
+    def __init__(self, engine: Engine, call: Call, request_id: Any) -> None:
+        self.engine = engine
+        self.call = call
+        self.request_id = request_id
+        self.ended = False
+
+
+# Set only inside a _run_request (up to 0.12.0); the handler's own tasks inherit it but never send responses.
+_ANSWERING: ContextVar[_Answering | None] = ContextVar("acp_otel_answering", default=None)
+
+
 async def _run_incoming(
     engine: Engine,
     request_error: type[BaseException],
@@ -124,26 +143,35 @@ async def _run_incoming(
             return await (wrapped(handler_message) if alone else wrapped(handler_message, *args[1:]))
         finally:
             otel_context.detach(token)
+    answering = None
     if returns_payload:  # a remote connection sends the response under this span (remote.run_request_wrapper)
         connection = getattr(instance, remote.REMOTE_ATTR, None)
         if connection is not None:
             remote.remember_server_span(connection, call.span)
+    elif is_request:  # up to 0.12.0 the hook sends the response itself: its send ends the span
+        answering = _Answering(engine, call, message.get("id") if type(message) is dict else None)
+        answering_token = _ANSWERING.set(answering)
     try:
         out = await (wrapped(handler_message) if alone else wrapped(handler_message, *args[1:]))
     except asyncio.CancelledError:
-        engine.end_cancelled(call)
+        if answering is None or not answering.ended:
+            engine.end_cancelled(call)
         raise
     except request_error as exc:  # up to 0.12.0 _run_request re-raises after sending the error
-        engine.end_rpc_error(call, getattr(exc, "code", None), str(exc), getattr(exc, "data", None))
+        if answering is None or not answering.ended:
+            engine.end_rpc_error(call, getattr(exc, "code", None), str(exc), getattr(exc, "data", None))
         raise
     except BaseException as exc:
-        engine.end_exception(call, exc)
+        if answering is None or not answering.ended:
+            engine.end_exception(call, exc)
         raise
     finally:
+        if answering is not None:
+            _ANSWERING.reset(answering_token)
         otel_context.detach(token)
     if returns_payload:
         engine.end_payload(call, out)
-    else:
+    elif answering is None or not answering.ended:
         engine.end_result(call, out)
     return out
 
@@ -177,6 +205,30 @@ def execute_request_wrapper(state: InstrumentationState) -> Wrapper:
 def run_request_wrapper(state: InstrumentationState) -> Wrapper:
     """``Connection._run_request`` (up to 0.12.0: sends the response itself): a SERVER span."""
     return _incoming_wrapper(state, is_request=True, returns_payload=False)
+
+
+def response_send_wrapper(state: InstrumentationState) -> Wrapper:
+    """``MessageSender.send`` (up to 0.12.0): the response to the request being answered ends its SERVER span.
+
+    Up to 0.12.0 ``_run_request`` returns only once the response is written: a peer that reads it and at once
+    terminates this process (the SDK's example client does) would otherwise lose the span with the process.
+    Ended when the response is handed to the sender, the span ends where 0.12.1's ``_execute_request`` ends it.
+    """
+
+    def send(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        answering = _ANSWERING.get()
+        if answering is not None and not answering.ended and state.engine is not None:
+            payload = args[0] if args else kwargs.get("payload")
+            # A response (no method) with the request's id; the handler's own requests to the peer have a method.
+            if type(payload) is dict and "method" not in payload and payload.get("id") == answering.request_id:
+                answering.ended = True
+                try:
+                    answering.engine.end_payload(answering.call, payload)
+                except Exception:
+                    _log.debug("acp_otel: could not end the span of an answered request", exc_info=True)
+        return wrapped(*args, **kwargs)
+
+    return send
 
 
 def run_notification_wrapper(state: InstrumentationState) -> Wrapper:

@@ -49,6 +49,10 @@ def test_hooks_chosen_by_capability(instrument: Any) -> None:
         assert not _is_wrapped(conn, "_run_request")
     else:  # up to 0.12.0: _run_request runs the handler and sends the response
         assert _is_wrapped(conn, "_run_request")
+    from acp.task.sender import MessageSender
+
+    # Up to 0.12.0 the response's send ends the SERVER span; later the payload-returning hook does.
+    assert _is_wrapped(MessageSender, "send") is not _has_execute_request()
     # synchronous before 0.12.1 / synchronous from then on: never wrapped, so never made async by us
     assert not _is_wrapped(conn, "_process_message")
     assert not _is_wrapped(conn, "_handle_response")
@@ -146,6 +150,35 @@ async def test_rpc_error_and_handler_exception_on_every_release(instrument: Any,
             assert span.attributes["rpc.response.status_code"] == str(code)
         assert server.attributes["error.type"] == error_type
         assert parent_of(server) == span_id(client)
+
+
+async def test_a_server_span_has_ended_when_its_response_is_sent(instrument: Any, exporter: Any, pair: Any) -> None:
+    """A peer may end this process as soon as it reads a response (the SDK's example client terminates its agent at
+    once): a request's SERVER span has ended by the time the response is written, answer or error, on every release.
+    Up to 0.12.0 ``_run_request`` returns only after the write, so the response's send ends the span there."""
+    from acp.exceptions import RequestError
+
+    p = await pair()
+    unended: list[str] = []
+
+    def on_message(event: Any) -> None:
+        message = event.message
+        if event.direction.value != "outgoing" or "method" in message:
+            return  # the SDK tells its observers after the write: only the agent's responses are of interest
+        ended = {s.attributes.get("jsonrpc.request.id") for s in exporter.get_finished_spans() if s.kind == S}
+        if str(message["id"]) not in ended:
+            unended.append(f"response {message['id']} sent before its span ended")
+
+    p.agent_conn._conn.add_observer(on_message)
+    session_id = await open_session(p.client_conn)
+    await prompt(p.client_conn, session_id, "hello")
+    with pytest.raises(RequestError):
+        await prompt(p.client_conn, session_id, "rpcerror")
+    with pytest.raises(RequestError):
+        await prompt(p.client_conn, session_id, "fail")
+    servers = find(exporter.get_finished_spans(), "session/prompt", S)
+    assert len(servers) == 3 and len({parent_of(s) for s in servers}) == 3  # each ended once, under its caller
+    assert unended == []
 
 
 async def test_caller_cancel_on_this_release(instrument: Any, exporter: Any, pair: Any) -> None:
