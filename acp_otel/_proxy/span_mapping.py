@@ -6,8 +6,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from .._agent_span_maps import SpanMap, original_key
+from .._agent_span_maps import SpanMap, ai_sdk_provider_name, original_key
 from .proto_spans import spans
+
+PROVIDER = "gen_ai.provider.name"
 
 
 class SpanMapper:
@@ -56,6 +58,11 @@ def _map(span: Any, found: SpanMap) -> bool:
             if which in ("string_value", "int_value"):  # the conventions' ids and names are strings
                 _add(span, key, str(getattr(origin.value, which)))
                 changed = True
+    if found.ai_sdk_provider is not None and _find(span, PROVIDER) is None:
+        origin = _find(span, found.ai_sdk_provider)
+        if origin is not None and origin.value.WhichOneof("value") == "string_value" and origin.value.string_value:
+            _add(span, PROVIDER, ai_sdk_provider_name(origin.value.string_value))
+            changed = True
     for key, source in found.count:
         origin = _find(span, source)
         if origin is not None and origin.value.WhichOneof("value") == "int_value" and _find(span, key) is None:
