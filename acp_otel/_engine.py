@@ -29,6 +29,7 @@ from opentelemetry.context import Context
 from . import _otel_private as otel_private
 from . import _propagation as propagation
 from . import _semconv as sc
+from ._agent_identity import AgentIdentity
 from ._connection import PeerRegistry, PeerState
 from ._context_facts import ContextFacts, DirectionFacts
 from ._message_spans import (
@@ -85,7 +86,8 @@ class Engine:
         self._no_notification_spans = settings.notification_spans == "none"
         self._turns = TurnLayer(tracer, settings, instruments)
         self._update_spans = self._turns.update_spans
-        self._spans = MessageSpans(tracer, settings, instruments, self._turns)
+        self._agents = AgentIdentity(settings)
+        self._spans = MessageSpans(tracer, settings, instruments, self._turns, self._agents)
         # Called as self._spans.start(...): a bound method kept on the instance is not specialized by
         # CPython 3.11 (LOAD_METHOD on an instance attribute), about 200 instructions more per call.
         self._method_table = MethodTable(settings, instruments)
@@ -131,7 +133,7 @@ class Engine:
         try:
             state = self._connections.state(peer)
             if state is not None:
-                self._spans.note_command(state, command)
+                self._agents.note_command(state, command)
         except Exception:
             _log.debug("acp_otel: could not look up the agent command's profile", exc_info=True)
 

@@ -21,15 +21,15 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from . import _semconv as sc
-from ._agent_profiles import AgentProfile, resolve
-from ._child_env import command_name
+from ._agent_identity import AgentIdentity
 from ._connection import PeerState, initialize_params, initialize_result, negotiated_version
 from ._content import truncate
 from ._methods import MethodInfo
 from ._metrics import Instruments
 from ._settings import Settings
 from ._turn_state import UNSPANNED_TOOL_KEY, Turn
-from ._turns import ROLE_PERMISSION, TurnLayer, update_attributes
+from ._turn_updates import update_attributes
+from ._turns import ROLE_PERMISSION, TurnLayer
 
 _log = logging.getLogger("acp_otel")
 
@@ -123,7 +123,12 @@ class MessageSpans:
     """Starts and ends the span of each message, with the turn a ``session/prompt`` starts."""
 
     def __init__(
-        self, tracer: trace.Tracer, settings: Settings, instruments: Instruments | None, turns: TurnLayer
+        self,
+        tracer: trace.Tracer,
+        settings: Settings,
+        instruments: Instruments | None,
+        turns: TurnLayer,
+        agents: AgentIdentity,
     ) -> None:
         self._tracer = tracer
         self.clock: Callable[[], float] = time.monotonic  # of request durations (see Engine.use_clock)
@@ -132,31 +137,7 @@ class MessageSpans:
         self._max_len = settings.capture_content_max_length
         self._instruments = instruments
         self._turns = turns
-        self._default_profile = self._profile(None, None)
-
-    # ---------------------------------------------------------------- the agent's profile (once per connection)
-
-    def _profile(self, agent_name: Any, command: str | None) -> AgentProfile:
-        settings = self._settings
-        return resolve(
-            agent_name,
-            command,
-            forced=settings.agent_profile,
-            titles=settings.tool_names_from_titles,
-            usage=settings.usage_reports,
-        )
-
-    def identify(self, peer: PeerState, result: dict[str, Any]) -> None:
-        """An ``initialize`` result: the connection's agent profile, from ``agentInfo.name`` (else the command)."""
-        info = result.get("agentInfo")
-        if info is None:
-            info = result.get("info")  # ACP v2
-        peer.profile = self._profile(info.get("name") if type(info) is dict else None, peer.command)
-
-    def note_command(self, peer: PeerState, command: Any) -> None:
-        """The agent's command line (the proxy's): the profile it names, until ``initialize`` names the agent."""
-        peer.command = command_name(command)
-        peer.profile = self._profile(None, peer.command)
+        self._agents = agents
 
     # ---------------------------------------------------------------- start
 
@@ -260,7 +241,7 @@ class MessageSpans:
             agent_traced=peer.agent_traced,
             costs=peer.costs,
             params=params,
-            profile=peer.profile or self._default_profile,
+            profile=peer.profile or self._agents.default,
             usage_totals=peer.usage_totals,
             agent_reports=(peer.agent_reports_tools, peer.agent_reports_usage),
         )
@@ -280,7 +261,7 @@ class MessageSpans:
                 if call.is_request:
                     if call.method == sc.INITIALIZE and type(value) is dict and call.peer is not None:
                         negotiated_version(call.peer, value)
-                        self.identify(call.peer, value)
+                        self._agents.identify(call.peer, value)
                     turn = call.turn
                     # A v1 turn's result (stop reason, usage) is set by the turn layer, in one batch.
                     if (turn is None or turn.own_span or self._capture) and span.is_recording():

@@ -4,8 +4,9 @@ The engine hands every message of a session with a turn in flight to :meth:`Turn
 side and adapter saw it), and the turn layer answers where its span hangs and whether it gets one of its own. A
 turn counts its chunks per kind and the time to the first agent chunk; each ``toolCallId`` becomes one
 ``execute_tool {name}`` span, child of the turn (:mod:`._tool_calls`), when this side makes tool spans; other
-updates become events; usage and cost come from ``usage_update`` updates and the prompt's result. Nothing
-here raises into the caller: the engine wraps every call.
+updates become events (:mod:`._turn_updates`); usage and cost come from ``usage_update`` updates and the prompt's
+result; what the turn says as it ends is in :mod:`._turn_summary`. Nothing here raises into the caller: the
+engine wraps every call.
 """
 
 from __future__ import annotations
@@ -21,16 +22,16 @@ from opentelemetry.trace import Span, SpanKind
 from . import _content as content
 from . import _semconv as sc
 from ._agent_profiles import UNKNOWN, AgentProfile
-from ._content import truncate
 from ._metrics import Instruments
 from ._settings import Settings
 from ._tool_calls import ToolCalls, permission_tool_call
 from ._turn_state import UNSPANNED_TOOL_KEY, Turn
-from ._usage import note_usage_update, record_usage, take_usage, usage_attributes
+from ._turn_summary import CHUNK_ATTRIBUTES, end_attributes, record_turn_metrics
+from ._turn_updates import TurnEvents
+from ._usage import note_usage_update, take_usage
 
 _log = logging.getLogger("acp_otel")
 
-_CHUNK_ATTRIBUTES = {kind: sc.ACP_TURN_CHUNK_COUNT.format(kind) for kind in sc.CHUNK_KINDS}
 _TOOL_UPDATES = frozenset(("tool_call", "tool_call_update"))
 _USAGE_UPDATE = sc.USAGE_UPDATE
 
@@ -56,7 +57,7 @@ class TurnLayer:
         self._all_events = mode == "events"  # every update becomes an event (the older mode)
         self._capture = settings.capture_content
         self._max_len = settings.capture_content_max_length
-        self._max_events = settings.max_events_per_span
+        self._events = TurnEvents(settings)
         self._usage = settings.usage
         self._usage_auto = settings.usage == "auto"
         self._tools_always = settings.tool_spans == "always"
@@ -146,42 +147,12 @@ class TurnLayer:
         span = turn.span
         now = time.monotonic()
         if span.is_recording():
-            attributes: dict[str, Any] = {_CHUNK_ATTRIBUTES[k]: n for k, n in turn.chunks.items()}
-            if turn.first_chunk is not None:
-                attributes[sc.ACP_TURN_TIME_TO_FIRST_CHUNK] = turn.first_chunk - turn.started
-            if turn.updates:
-                attributes[sc.ACP_SESSION_UPDATE_COUNT] = turn.updates
-            if turn.dropped:
-                attributes[sc.ACP_SESSION_UPDATE_DROPPED] = turn.dropped
-            if ended_by is not None:
-                attributes[sc.ACP_TURN_ENDED_BY] = ended_by
-            if turn.stop_reason is not None:
-                if not turn.own_span:  # v1: the engine left it to this batch
-                    attributes[sc.ACP_STOP_REASON] = turn.stop_reason
-                reason = turn.stop_reason
-                attributes[sc.GEN_AI_RESPONSE_FINISH_REASONS] = (sc.FINISH_REASONS.get(reason, reason),)
-            if turn.reports_usage:
-                usage_attributes(turn, attributes)
-            if turn.output is not None:
-                content.output_attributes(attributes, turn.output, self._max_len)
-            span.set_attributes(attributes)
+            span.set_attributes(end_attributes(turn, ended_by, self._max_len))
         instruments = self._instruments
         if timed is None:
             timed = instruments is not None and instruments.recording()
-        if timed and instruments is not None:  # the turn's metrics (written out here: every turn)
-            agent = turn.agent
-            turn_attributes = instruments.turn_attributes(agent, turn.stop_reason, turn.error_type)
-            if turn.reports_usage:
-                # The side closest to the agent (the one that reports usage) records the agent-side metrics,
-                # so that each turn is counted once across the processes that see it; the others record
-                # the GenAI client-side operation duration.
-                if turn.first_chunk is not None:
-                    first_chunk = turn.first_chunk - turn.started
-                    instruments.first_chunk.record(first_chunk, instruments.agent_only_attributes(agent))
-                record_usage(instruments, turn)
-                instruments.turn_duration.record(now - turn.started, turn_attributes)
-            else:
-                instruments.client_turn_duration.record(now - turn.started, turn_attributes)
+        if timed and instruments is not None:
+            record_turn_metrics(instruments, turn, now)
         if turn.own_span:
             span.end()
         self._tell_observer("turn_ended", turn)
@@ -237,14 +208,14 @@ class TurnLayer:
                 turn.updates += 1
                 if type(kind) is not str:  # hostile: not even hashable, perhaps
                     kind = None
-                elif kind in _CHUNK_ATTRIBUTES:
+                elif kind in CHUNK_ATTRIBUTES:
                     turn.chunks[kind] = turn.chunks.get(kind, 0) + 1
                     if turn.first_chunk is None and kind in sc.AGENT_CHUNK_KINDS:
                         turn.first_chunk = time.monotonic()
                     if turn.output is not None and kind == "agent_message_chunk":
-                        self._keep_text(turn, update)
+                        self._events.keep_text(turn, update)
                     if self._all_events:
-                        self._turn_event(turn, update, params)
+                        self._events.add(turn, update, params)
                     return parent if has_span else turn.context
                 context = None
                 if kind in _TOOL_UPDATES:
@@ -253,9 +224,9 @@ class TurnLayer:
                     if context is None and not make_tools and turn.agent_tools:
                         self._tools.follow(turn, update)  # the agent's own span reports it: its id is kept
                     if self._all_events or (self._turn_events and context is None and not make_tools):
-                        self._turn_event(turn, update, params)  # no tool span on this side: keep the fact on the turn
+                        self._events.add(turn, update, params)  # no tool span on this side: the fact on the turn
                 elif self._all_events or self._turn_events:
-                    self._turn_event(turn, update, params)
+                    self._events.add(turn, update, params)
                 if kind == _USAGE_UPDATE:
                     note_usage_update(turn, update)
                 if kind == sc.V2_STATE_UPDATE and turn.own_span:
@@ -291,35 +262,6 @@ class TurnLayer:
                     return set_value(UNSPANNED_TOOL_KEY, tool_call_id, parent if has_span else turn.context)
         return parent if has_span else turn.context
 
-    def _keep_text(self, turn: Turn, update: dict[str, Any]) -> None:
-        """Keep an agent message chunk's text (capture_content), up to the max length in all."""
-        room = self._max_len - turn.output_len
-        block = update.get("content")
-        if room > 0 and type(block) is dict and block.get("type") == "text":
-            text = block.get("text")
-            if type(text) is str and text:
-                text = text[:room]
-                assert turn.output is not None
-                turn.output.append(text)
-                turn.output_len += len(text)
-
-    def _turn_event(self, turn: Turn, update: dict[str, Any], params: Any) -> None:
-        if turn.events >= self._max_events:
-            turn.dropped += 1
-            return
-        span = turn.span
-        if not span.is_recording():
-            return
-        turn.events += 1
-        attributes: dict[str, Any] = {}
-        update_attributes(attributes, update)
-        state = update.get("state")
-        if type(state) is str:
-            attributes[sc.ACP_TURN_STATE] = state
-        if self._capture:
-            attributes[sc.ACP_PARAMS] = truncate(params, self._max_len)
-        span.add_event(sc.SESSION_UPDATE_EVENT, attributes)
-
     def take_result(self, turn: Turn, source: Any) -> None:
         """Stop reason and usage from a v1 ``session/prompt`` result or a v2 ``idle`` state update."""
         if type(source) is not dict:
@@ -331,16 +273,3 @@ class TurnLayer:
             if turn.own_span and span.is_recording():  # v1: the engine sets it on the request span
                 span.set_attribute(sc.ACP_STOP_REASON, stop_reason)
         take_usage(turn, source)
-
-
-def update_attributes(attributes: dict[str, Any], update: dict[str, Any]) -> None:
-    """Add a session/update's kind and tool call id/status (no content) to ``attributes``."""
-    kind = update.get("sessionUpdate")
-    if type(kind) is str:
-        attributes[sc.ACP_SESSION_UPDATE] = kind
-    tool_call_id = update.get("toolCallId")
-    if type(tool_call_id) is str:
-        attributes[sc.ACP_TOOL_CALL_ID] = tool_call_id
-        status = update.get("status")
-        if type(status) is str:
-            attributes[sc.ACP_TOOL_CALL_STATUS] = status
