@@ -178,13 +178,15 @@ async def run_turn(
     *,
     proxy_args: list[str] | None = None,
     before_prompt: Callable[[], None] | None = None,
+    after_turn: Callable[[], None] | None = None,
     timeout: float = 180.0,
     grace: float = 10.0,
     tap: bool = True,
 ) -> Run:
     """One editor session: initialize, session/new, a prompt per text in ``prompt_text`` (``before_prompt`` is
-    called before each); then close the agent's stdin and time its exit. The agent runs in a process group
-    of its own, which is killed after the exit is timed (an agent's leftovers would outlive the test).
+    called before each, ``after_turn`` after each answer); then close the agent's stdin and time its exit. The
+    agent runs in a process group of its own, which is killed after the exit is timed (an agent's leftovers
+    would outlive the test).
 
     ``proxy_args`` None runs the agent directly (still behind the tap); a list runs ``acp-otel proxy ARGS -- ...``.
     ``tap`` False starts the agent itself, without the tap (no bytes recorded on its side): the proxy then sees
@@ -258,6 +260,8 @@ async def run_turn(
                 run.extra.setdefault("turn_seconds", []).append(time.monotonic() - prompted)
                 run.results.append(run.result)
                 await asyncio.sleep(0.3)  # trailing notifications of the turn
+                if after_turn is not None:  # blocking (the model server going idle, say): the editor still serves
+                    await asyncio.to_thread(after_turn)
                 run.turn_updates.append(len(editor.updates))
         finally:
             # As editors do: close the agent's stdin; if it is still running after a grace period, SIGTERM;

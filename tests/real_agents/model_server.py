@@ -16,6 +16,7 @@ import http.server
 import itertools
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -170,6 +171,8 @@ class ModelServer:
     _ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
     _calls: Iterator[int] = field(default_factory=itertools.count)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _in_flight: int = 0  # requests being answered
+    _last_activity: float = field(default_factory=time.monotonic)  # a request's start or end
 
     def begin_turn(self) -> None:
         """Count the answers served from now on as the next turn's (the first turn needs no call)."""
@@ -183,6 +186,23 @@ class ModelServer:
             used = usage_of(next(self._calls))
             self.turns[-1].append(used)
             return used
+
+    def wait_idle(self, quiet: float = 0.5, timeout: float = 15.0) -> None:
+        """Return once no request is being answered and none started or ended for ``quiet`` seconds (at most
+        ``timeout``): some agents make model calls of their own as a turn answers (Qwen Code makes two), and an
+        editor that stays open lets them finish, as a user's does."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                idle = self._in_flight == 0 and time.monotonic() - self._last_activity >= quiet
+            if idle:
+                return
+            time.sleep(0.05)
+
+    def _activity(self, change: int) -> None:
+        with self._lock:
+            self._in_flight += change
+            self._last_activity = time.monotonic()
 
     def served(self, turn: int) -> tuple[int, int]:
         """Input and output tokens served in ``turn`` (from 0), summed over its answers."""
@@ -208,6 +228,13 @@ class ModelServer:
                 self.end_headers()
 
             def do_POST(self) -> None:
+                server._activity(1)
+                try:
+                    self._post()
+                finally:
+                    server._activity(-1)
+
+            def _post(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length) if length else b"{}"
                 try:
