@@ -132,7 +132,6 @@ class MessageSpans:
     ) -> None:
         self._tracer = tracer
         self.clock: Callable[[], float] = time.monotonic  # of request durations (see Engine.use_clock)
-        self._settings = settings
         self._capture = settings.capture_content
         self._max_len = settings.capture_content_max_length
         self._instruments = instruments

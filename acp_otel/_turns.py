@@ -46,7 +46,6 @@ class TurnLayer:
 
     def __init__(self, tracer: trace.Tracer, settings: Settings, instruments: Instruments | None) -> None:
         self._tracer = tracer
-        self._settings = settings
         self._instruments = instruments
         self._tools = ToolCalls(tracer, settings, instruments)
         mode = settings.notification_spans
