@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import time
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -28,10 +28,10 @@ from opentelemetry.context import Context
 
 from . import _otel_private as otel_private
 from . import _propagation as propagation
-from . import _semconv as sc
 from ._agent_identity import AgentIdentity
 from ._connection import PeerRegistry, PeerState
 from ._context_facts import ContextFacts, DirectionFacts
+from ._engine_connections import ConnectionEntryPoints
 from ._message_spans import (
     CALL_KEY,
     CANCELLED,
@@ -64,9 +64,10 @@ def _has_span(ctx: Context) -> bool:
     return trace.get_current_span(ctx).get_span_context().is_valid
 
 
-class Engine:
+class Engine(ConnectionEntryPoints):
     """Starts and ends spans for ACP messages, moves trace context through ``params._meta`` and runs the
-    agent layer (turns, tool calls, metrics) on the messages it is fed."""
+    agent layer (turns, tool calls, metrics) on the messages it is fed. The entry points about a whole
+    connection (its facts, its agent, its end) are :class:`~acp_otel._engine_connections.ConnectionEntryPoints`."""
 
     def __init__(self, tracer: trace.Tracer, settings: Settings, instruments: Instruments | None = None) -> None:
         self.settings = settings
@@ -108,72 +109,6 @@ class Engine:
     def injected_keys(self) -> tuple[str, ...]:
         """The ``_meta`` keys outgoing messages may get: :attr:`propagation_keys` and the ``extra_trace_keys``."""
         return self._injected_keys
-
-    # ----------------------------------------------------------------- connections
-
-    def peer_state(self, peer: Any) -> PeerState | None:
-        """The state kept for one connection (created on first use; ``None`` if ``peer`` cannot be
-        weakly referenced)."""
-        return self._connections.state(peer)
-
-    def note_connection_facts(self, peer: Any, facts: Mapping[str, Any]) -> None:
-        """Facts about the connection itself (its id, the peer's address): on its spans from now on.
-
-        The adapter of a remote transport learns them when the connection is made (or when its
-        ``initialize`` completes); they join the ``initialize`` facts, never the metrics.
-        """
-        state = self._connections.state(peer)
-        if state is not None and facts:
-            state.learn(facts)
-
-    def note_agent_command(self, peer: Any, command: Any) -> None:
-        """The command line of the agent at the other end of ``peer`` (``["npx", "@scope/pkg"]``), when the
-        adapter knows it: its agent profile applies until ``initialize`` names the agent (``agentInfo.name``).
-        Looked up once here, never per message."""
-        try:
-            state = self._connections.state(peer)
-            if state is not None:
-                self._agents.note_command(state, command)
-        except Exception:
-            _log.debug("acp_otel: could not look up the agent command's profile", exc_info=True)
-
-    def observe_turns(self, observer: Any) -> None:
-        """Tell ``observer`` of every turn's start and end: ``observer.turn_started(turn)`` and
-        ``observer.turn_ended(turn)`` (:class:`~acp_otel._turn_state.Turn`; called where the turn starts and
-        ends, so they must be quick and must not call the engine). The proxy's receiver of the agent's own
-        telemetry uses it to hang the agent's spans under the turn."""
-        self._turns.observer = observer
-
-    def note_agent_reports(self, peer: Any, *, tools: bool = False, usage: bool = False) -> None:
-        """The agent's own telemetry reports its tool calls (``tools``) or its token usage (``usage``): from the
-        next turn on, tool spans and usage are not made here in the ``auto`` modes (each fact once)."""
-        state = self._connections.known(peer)
-        if state is not None:
-            if tools:
-                state.agent_reports_tools = True
-            if usage:
-                state.agent_reports_usage = True
-
-    def close_peer(self, peer: Any, *, keep_requests: bool = False) -> None:
-        """The connection is gone: end every turn and tool span still open for it.
-
-        Tool spans and ACP v2 turn spans end with ``acp.tool_call.ended_by`` / ``acp.turn.ended_by`` =
-        ``connection_closed`` (status unchanged: not an error). A v1 turn is its ``session/prompt`` span,
-        which ends as a closed connection (``ConnectionError``) unless ``keep_requests`` (the SDK adapter:
-        the SDK itself rejects or cancels those requests). Safe to call twice; never raises.
-        """
-        state = self._connections.known(peer)
-        if state is not None:
-            self._spans.close_turns(state, sc.ENDED_BY_CONNECTION, keep_requests)
-
-    def shutdown(self) -> None:
-        """Uninstrumenting: end the tool calls and v2 turns still open on every connection (marked
-        ``uninstrumented``) and forget every connection. A request in flight keeps its span, which its
-        adapter still ends when the request does (with its v1 turn)."""
-        for state in list(self._peers.values()):
-            self._spans.close_turns(state, sc.ENDED_BY_SHUTDOWN, True)
-        self._peers.clear()
-        self._facts.clear()
 
     # -------------------------------------------------------------- outgoing
 
